@@ -1,0 +1,127 @@
+# cacheparty — plain GNU Makefile, out-of-tree build under build/.
+# Targets (the one list): all run test asan bench fuzz soak cross install uninstall clean deps
+
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
+BUILD      ?= build
+CC         ?= cc
+PYTHON     ?= python3
+
+# Debian packages the build and the tests need; `make deps` installs the missing ones.
+DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
+            libc-ares-dev python3 clang-format curl
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
+        -Wpointer-arith -Wcast-align
+ifneq ($(CI),)
+WARN += -Werror
+endif
+
+PKG_CFLAGS = $(shell pkg-config --cflags libcares inih 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs libcares inih 2>/dev/null)
+CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
+
+OPT      ?= -O2
+SANITIZE ?=
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(WARN) $(SANITIZE) \
+             -Iinclude -Isrc $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL = $(SANITIZE) $(LDFLAGS)
+LIBS_ALL = -lev -lhttp_parser $(PKG_LIBS) -lm
+
+SRCS     := $(wildcard src/*.c)
+OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all run test asan bench fuzz soak cross install uninstall clean deps unit it check-headers \
+        check-format test-bins
+
+all: $(BUILD)/cacheparty
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/libcacheparty.a: $(LIBOBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/cacheparty: $(BUILD)/obj/main.o $(BUILD)/libcacheparty.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
+
+# Unit tests: one cmocka binary per module. Extra link flags (e.g. -Wl,--wrap=...) for a test
+# come from a first-line comment "/* LDFLAGS: ... */" in its source.
+$(BUILD)/tests/%.o: tests/unit/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libcacheparty.a
+	$(CC) $(LDFLAGS_ALL) $(shell sed -n '1s|^/\* LDFLAGS: \(.*\) \*/$$|\1|p' tests/unit/test_$*.c) \
+	    -o $@ $< $(BUILD)/libcacheparty.a $(LIBS_ALL) $(CMOCKA_LIBS)
+
+$(BUILD)/bench/%: bench/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< -lev $(LDFLAGS_ALL) -lm
+
+test-bins: $(BUILD)/cacheparty $(UNIT_BIN) $(BENCH_BIN)
+
+# Installs whatever Debian package is missing (through sudo when not root); silent when all present.
+deps:
+	@missing=""; for p in $(DEB_DEPS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing build dependencies:$$missing"; \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@mkdir -p var/cache var/log
+	@echo "cacheparty on http://127.0.0.1:8080 — try: curl -v -H 'Host: example.org' http://127.0.0.1:8080/lancache-heartbeat"
+	exec $(BUILD)/cacheparty -c conf/local.ini
+
+test: deps
+	@$(MAKE) --no-print-directory test-bins
+	@$(MAKE) --no-print-directory check-headers
+	BUILD=$(BUILD) $(PYTHON) tests/run_all.py
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 \
+	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    test-bins
+	BUILD=build/asan CP_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(PYTHON) tests/run_all.py
+
+# Every public header compiles on its own (STYLE.md §7).
+check-headers:
+	@mkdir -p $(BUILD)/hdr
+	@for h in include/*.h; do \
+	    printf '#include "%s"\n' $$(basename $$h) > $(BUILD)/hdr/t.c; \
+	    $(CC) $(CFLAGS_ALL) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header not self-contained: $$h"; exit 1; }; \
+	done
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/cacheparty
+	install -m 755 $(BUILD)/cacheparty $(DESTDIR)$(PREFIX)/bin/cacheparty
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini ]; then \
+	    echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini"; \
+	else install -m 644 conf/cacheparty.ini $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/cacheparty
+
+clean:
+	rm -rf build
+
+-include $(OBJS:.o=.d) $(UNIT_BIN:%=%.d) $(BENCH_BIN:%=%.d)

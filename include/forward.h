@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * forward: the pure builders of the proxy's heads. No I/O, no ev.h.
+ * - the upstream request, built afresh from parsed fields (never the client's bytes verbatim):
+ *   method, path and query, Host, Range, User-Agent, Accept, Authorization and If-* when asked,
+ *   and X-LanCache-Processed-By with our hostname appended (chained caches detect loops);
+ * - the client's response head from an origin's, hop-by-hop fields removed and our framing,
+ *   Connection and X-LanCache-* fields set;
+ * - the proxy's own short responses (errors, heartbeat);
+ * - loop detection.
+ * Every builder writes at most <cap> bytes to <out> and returns the length, or 0 if it did not fit.
+ */
+#ifndef CACHEPARTY_FORWARD_H
+#define CACHEPARTY_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http1.h"
+
+struct fwd_req_opts {
+    const char *hostname;     /* ours, appended to X-LanCache-Processed-By */
+    bool pass_conditionals;   /* forward If-* (uncached pass-through) */
+    bool pass_authorization;  /* forward Authorization (bypass) */
+};
+
+size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
+                        const struct h1_authority *auth, const struct fwd_req_opts *o, char *out,
+                        size_t cap);
+
+enum fwd_body { FWD_BODY_NONE, FWD_BODY_LENGTH, FWD_BODY_CHUNKED, FWD_BODY_CLOSE };
+
+struct fwd_resp_opts {
+    const char *hostname;
+    const char *cache_status; /* "HIT" | "MISS" | "BYPASS" */
+    int client_minor;         /* client's HTTP/1.x minor version */
+    bool head_req;            /* the client's request was HEAD */
+    bool keep_alive;          /* we intend to keep the client connection */
+};
+
+/*
+ * The client head for origin response <resp> (spans into <rbuf>). *body receives how the body is
+ * framed to the client: LENGTH (Content-Length kept), CHUNKED (re-chunked for an HTTP/1.1 client
+ * of an unknown-length body), CLOSE (unknown length: the connection closes after the body; the
+ * head then says Connection: close, and the caller must close), or NONE.
+ */
+size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
+                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out,
+                         size_t cap);
+
+/*
+ * The proxy's own response: <status>, a short text body ("<status> <reason>\n") unless
+ * <head_req> or status 204/304, Connection per <keep_alive>, and <extra> header lines (each ending
+ * in CRLF, may be NULL) such as "Allow: GET, HEAD\r\n".
+ */
+size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
+                          const char *extra, char *out, size_t cap);
+
+/* True if an X-LanCache-Processed-By field of <req> lists <hostname> (case-insensitive). */
+bool fwd_is_loop(const char *hbuf, const struct h1_req *req, const char *hostname);
+
+#endif

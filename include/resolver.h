@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * resolver: host name -> addresses through c-ares driven by the libev loop, with a TTL cache and
+ * coalescing (concurrent lookups of one name share one DNS query).
+ *
+ * Servers come from [upstream] dns (never the LAN's resolver unless dns = system). Results are
+ * cached for their TTL (clamped to 1 s .. 1 h); failures for RESOLVER_NEG_TTL_MS.
+ * Lifecycle: resolver_new() -> resolver_query()* -> resolver_free(). A query's callback fires
+ * exactly once, never before resolver_query() returns, unless the query is cancelled first.
+ * Owns: the c-ares channel, its socket watchers, the cache entries, the queries.
+ */
+#ifndef CACHEPARTY_RESOLVER_H
+#define CACHEPARTY_RESOLVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ev_loop;
+struct config;
+struct resolver;
+struct resolver_query;
+
+#define RESOLVER_MAX_ADDRS 8
+#define RESOLVER_NEG_TTL_MS 2000
+
+/*
+ * Completion: <err> is 0 with n >= 1 addresses (IPv4 first, port set to the query's port), or
+ * -ENOENT (no such name / no address), -ETIMEDOUT, -EIO (other DNS failure). <addrs> is borrowed
+ * for the duration of the call. The query is freed after the callback returns.
+ */
+typedef void resolver_fn(void *arg, int err, const struct sockaddr_storage *addrs, size_t n);
+
+/* NULL on failure with a reason in <err>. Borrows <loop> and <cfg> (only read here). */
+struct resolver *resolver_new(struct ev_loop *loop, const struct config *cfg, char *err,
+                              size_t errlen);
+/* Cancels every query without calling back, frees everything, sets *r = NULL. */
+void resolver_free(struct resolver **r);
+
+/* Start a lookup of <host> (a name, not a literal). Never NULL. */
+struct resolver_query *resolver_query(struct resolver *r, const char *host, uint16_t port,
+                                      resolver_fn *cb, void *arg);
+/* Cancel a pending query: its callback will not fire. Sets *q = NULL. NULL-safe. */
+void resolver_cancel(struct resolver_query **q);
+
+/*
+ * True for addresses an origin must not have unless allow_private: unspecified, loopback,
+ * RFC 1918 private, CGNAT 100.64/10, link-local, multicast, broadcast, documentation and other
+ * special-purpose ranges, IPv6 ULA/link-local/multicast, and IPv4-mapped/NAT64 forms of those.
+ * Pure.
+ */
+bool resolver_addr_is_private(const struct sockaddr *sa);
+
+#endif

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * server: the listening sockets and connection admission. Accepts clients in batches, hands each
+ * socket to conn_new(), and applies back-pressure: at max_connections, or when accept() fails for
+ * lack of descriptors (EMFILE/ENFILE), it stops accepting (the kernel backlog holds the rest)
+ * until a connection closes or a short back-off passes. Parses nothing.
+ * Owns: the listening sockets and their watchers.
+ */
+#ifndef CACHEPARTY_SERVER_H
+#define CACHEPARTY_SERVER_H
+
+#include <stddef.h>
+
+struct conn_ctx;
+struct cfg_addr;
+
+/* Binds and listens on every address; returns 0, or -1 with a reason in <err>. */
+int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, char *err,
+                 size_t errlen);
+/* Called when a connection was freed: resume accepting if it was paused. */
+void server_conn_closed(void);
+/* Stop accepting and close the listening sockets (shutdown). */
+void server_stop(void);
+
+#endif

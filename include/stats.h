@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * stats: the process-wide counters table (g_stats), written by the loop thread only.
+ * One X-macro list yields the struct fields and their names for export. Counters only count:
+ * no logic lives here. Every handled failure bumps one of these.
+ */
+#ifndef CACHEPARTY_STATS_H
+#define CACHEPARTY_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* X(name, kind, help): kind is "counter" or "gauge". */
+#define STATS_FIELDS(X)                                                                            \
+    X(conn_accepted, counter, "client connections accepted")                                       \
+    X(conn_open, gauge, "client connections open")                                                 \
+    X(accept_paused, counter, "times accepting paused (max_connections or EMFILE)")                \
+    X(requests, counter, "client requests parsed or refused")                                      \
+    X(resp_1xx, counter, "responses 1xx")                                                          \
+    X(resp_2xx, counter, "responses 2xx")                                                          \
+    X(resp_3xx, counter, "responses 3xx")                                                          \
+    X(resp_4xx, counter, "responses 4xx")                                                          \
+    X(resp_5xx, counter, "responses 5xx")                                                          \
+    X(bytes_hit, counter, "response body bytes served from cache")                                 \
+    X(bytes_miss, counter, "response body bytes served from an origin fetch")                      \
+    X(bytes_bypass, counter, "response body bytes served uncached (bypass)")                       \
+    X(client_bad_request, counter, "requests refused as malformed (400/414/431/505)")              \
+    X(client_timeout, counter, "client connections closed by a timeout")                           \
+    X(client_reset, counter, "client connections lost mid-response")                               \
+    X(loops, counter, "requests refused as loops (508)")                                           \
+    X(forbidden, counter, "requests refused as not allowed (403)")                                 \
+    X(upstream_requests, counter, "requests sent to origins")                                      \
+    X(upstream_bytes, counter, "response body bytes received from origins")                        \
+    X(upstream_conn_new, counter, "origin connections opened")                                     \
+    X(upstream_conn_reused, counter, "origin requests on a pooled keep-alive connection")          \
+    X(upstream_retries, counter, "requests retried after a pooled connection failed")              \
+    X(upstream_queued, counter, "requests that waited for max_per_origin")                         \
+    X(upstream_err_connect, counter, "origin connect failures")                                    \
+    X(upstream_err_timeout, counter, "origin timeouts")                                            \
+    X(upstream_err_proto, counter, "invalid origin responses")                                     \
+    X(upstream_err_io, counter, "origin connections lost mid-response")                            \
+    X(dns_queries, counter, "DNS queries sent")                                                    \
+    X(dns_cache_hits, counter, "name lookups answered from the DNS cache")                         \
+    X(dns_failures, counter, "name lookups that failed")
+
+struct stats {
+#define STATS_X(name, kind, help) uint64_t name;
+    STATS_FIELDS(STATS_X)
+#undef STATS_X
+};
+
+extern struct stats g_stats;
+
+struct stats_field {
+    const char *name;
+    const char *kind;
+    const char *help;
+    size_t offset;
+};
+
+/* The field table, in declaration order; *n receives its length. */
+const struct stats_field *stats_fields(size_t *n);
+
+#endif

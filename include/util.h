@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * util: the few macros the project allows (ASSERT, WRONG, CHECK_OBJ, container_of, ARRAY_SIZE),
+ * aborting small allocators, and time helpers. Asserts are always on, release builds included:
+ * they guard invariants, never anything a peer or the disk can cause.
+ */
+#ifndef CACHEPARTY_UTIL_H
+#define CACHEPARTY_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+void util_assert_fail(const char *expr, const char *file, int line, const char *func)
+    __attribute__((noreturn));
+
+#define ASSERT(e)                                                                                  \
+    do {                                                                                           \
+        if (!(e))                                                                                  \
+            util_assert_fail(#e, __FILE__, __LINE__, __func__);                                    \
+    } while (0)
+#define WRONG(msg) util_assert_fail("WRONG: " msg, __FILE__, __LINE__, __func__)
+#define CHECK_OBJ(p, m)                                                                            \
+    do {                                                                                           \
+        ASSERT((p) != NULL);                                                                       \
+        ASSERT((p)->magic == (m));                                                                 \
+    } while (0)
+
+#define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Allocators for small fixed objects: log and abort on failure (never NULL). */
+void *xmalloc(size_t len);
+void *xcalloc(size_t n, size_t len);
+void *xrealloc(void *p, size_t len);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t len);
+
+/* Monotonic and wall clocks in milliseconds. */
+uint64_t util_now_ms(void);
+uint64_t util_wall_ms(void);
+
+/* Case-insensitive compare of <a>[0..alen) with the NUL-terminated <b>. */
+bool util_ieq(const char *a, size_t alen, const char *b);
+
+/* Set O_NONBLOCK and FD_CLOEXEC on <fd>. Returns 0 or -errno. */
+int util_set_nonblock(int fd);
+
+#endif

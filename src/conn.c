@@ -1,0 +1,776 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * conn: the client connection state machine. See conn.h.
+ *
+ * | state     | waits for                                         | conn timer            |
+ * |-----------|---------------------------------------------------|-----------------------|
+ * | READ_HEAD | a complete request head in <in>                   | keepalive / request   |
+ * | RESOLVE   | the resolver's answer for the origin name         | send (if output left) |
+ * | UPSTREAM  | the origin's response head                        | send (if output left) |
+ * | STREAM    | body bytes from upstream, or room to write them   | send (if output left) |
+ * | FLUSH     | <out> to drain, then close                        | send                  |
+ * | CLOSING   | the reaper (watchers stopped, nothing happens)    | -                     |
+ *
+ * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
+ * update_io() alone decides watcher interest and update_timer() the one timer. A request's head is
+ * copied out of <in> (req_head) so that <in> can take the next pipelined request while the
+ * response runs; the next request is parsed only once the current response is fully queued.
+ * Bounded memory: <in> holds one head (H1_MAX_HEAD + slack), <out> CONN_OUTBUF; when <out> is
+ * full the upstream is paused (back-pressure), and a client that takes nothing for send_timeout
+ * is closed.
+ */
+#include "conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "buf.h"
+#include "config.h"
+#include "forward.h"
+#include "http1.h"
+#include "log.h"
+#include "resolver.h"
+#include "stats.h"
+#include "upstream.h"
+#include "util.h"
+
+#define CONN_MAGIC 0xc0cc0cc0u
+#define CONN_INBUF (H1_MAX_HEAD + 4096)
+#define CONN_OUTBUF (64 * 1024)
+#define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
+
+extern const struct config *g_cfg;
+
+#define CONN_STATES(X)                                                                             \
+    X(CONN_S_READ_HEAD)                                                                            \
+    X(CONN_S_RESOLVE)                                                                              \
+    X(CONN_S_UPSTREAM)                                                                             \
+    X(CONN_S_STREAM)                                                                               \
+    X(CONN_S_FLUSH)                                                                                \
+    X(CONN_S_CLOSING)
+
+enum conn_state {
+#define CONN_SX(s) s,
+    CONN_STATES(CONN_SX)
+#undef CONN_SX
+};
+
+static const char *const conn_state_names[] = {
+#define CONN_SX(s) #s,
+    CONN_STATES(CONN_SX)
+#undef CONN_SX
+};
+
+struct conn {
+    unsigned magic;
+    unsigned id;
+    enum conn_state state;
+    struct conn_ctx *ctx; /* borrows */
+    int fd;               /* owns */
+    ev_io io;
+    unsigned io_events;
+    ev_timer timer;
+    ev_tstamp deadline;   /* when the timer should act; 0 = none */
+    ev_tstamp idle_since; /* READ_HEAD with nothing buffered: since when */
+    ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
+    ev_tstamp last_write; /* last time the client took bytes */
+    char peer[64];
+    struct conn *next, **pprev; /* all live conns */
+    struct conn *reap_next;
+    struct conn *kick_next;
+    bool kicked;
+    struct buf in;  /* owns */
+    struct buf out; /* owns; allocated while a response is in progress or pending */
+    bool peer_eof;
+    bool draining;  /* shutdown: close after the current response */
+    unsigned served;
+
+    /* The current request. */
+    char *req_head; /* owns: copy of the head that the spans of <req> point into */
+    struct h1_req req;
+    struct h1_authority auth;
+    bool head_req;
+    bool keep_alive;          /* keep the connection after this response */
+    bool bypass;
+    int status;
+    enum fwd_body body;       /* framing towards the client */
+    uint64_t body_bytes;
+    struct resolver_query *rq; /* owns while RESOLVE */
+    struct upstream *up;       /* owns while UPSTREAM/STREAM */
+};
+
+static struct conn *conns;
+static unsigned n_conns;
+static unsigned conn_next_id;
+static struct conn *reap_list;
+static struct conn *kick_list;
+static ev_prepare reaper; /* runs kicked drivers, then frees closed conns */
+static struct ev_loop *module_loop;
+
+static void conn_close(struct conn *c);
+static void conn_kick(struct conn *c);
+static void update_io(struct conn *c);
+static void update_timer(struct conn *c);
+
+static void conn_set_state(struct conn *c, enum conn_state st)
+{
+    log_debug("conn#%u %s %s -> %s", c->id, c->peer, conn_state_names[c->state],
+              conn_state_names[st]);
+    ASSERT(c->state != CONN_S_CLOSING);
+    c->state = st;
+}
+
+static void count_status(int status)
+{
+    if (status < 200)
+        g_stats.resp_1xx++;
+    else if (status < 300)
+        g_stats.resp_2xx++;
+    else if (status < 400)
+        g_stats.resp_3xx++;
+    else if (status < 500)
+        g_stats.resp_4xx++;
+    else
+        g_stats.resp_5xx++;
+}
+
+static void out_ensure(struct conn *c)
+{
+    if (!buf_is_alloc(&c->out))
+        buf_alloc(&c->out, CONN_OUTBUF);
+}
+
+/* Writes <out> to the socket. Returns false if the connection failed (and is closing). */
+static bool flush_out(struct conn *c)
+{
+    while (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+        ssize_t n = send(c->fd, c->out.pos, buf_len(&c->out), MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n < 0) {
+            log_debug("conn#%u %s: send: %s", c->id, c->peer, strerror(errno));
+            if (c->state == CONN_S_STREAM || c->state == CONN_S_UPSTREAM)
+                g_stats.client_reset++;
+            conn_close(c);
+            return false;
+        }
+        buf_consume(&c->out, (size_t)n);
+        c->last_write = ev_now(c->ctx->loop);
+    }
+    return true;
+}
+
+/* Ends the current request's state (not the connection). */
+static void req_reset(struct conn *c)
+{
+    resolver_cancel(&c->rq);
+    upstream_cancel(&c->up);
+    free(c->req_head);
+    c->req_head = NULL;
+    c->status = 0;
+    c->body_bytes = 0;
+    c->body = FWD_BODY_NONE;
+}
+
+/* The response is fully queued: next request, or close once flushed. */
+static void response_done(struct conn *c)
+{
+    count_status(c->status);
+    c->served++;
+    req_reset(c);
+    if (c->keep_alive && !c->draining) {
+        conn_set_state(c, CONN_S_READ_HEAD);
+        c->idle_since = ev_now(c->ctx->loop);
+        c->head_since = buf_len(&c->in) > 0 ? c->idle_since : 0;
+    } else {
+        conn_set_state(c, CONN_S_FLUSH);
+    }
+    /* Run the driver before the loop sleeps: a pipelined request may wait in <in>, or <out>
+     * may need writing, and this may be called from a resolver or upstream callback. */
+    conn_kick(c);
+}
+
+/* Queues a proxy-made response and finishes the request. <close> forces Connection: close. */
+static void local_response(struct conn *c, int status, bool close_after, const char *extra)
+{
+    out_ensure(c);
+    buf_compact(&c->out);
+    if (close_after || c->req.version_minor == 0)
+        c->keep_alive = false;
+    size_t n = fwd_local_response(status, g_cfg->hostname, c->keep_alive, c->head_req, extra,
+                                  c->out.last, buf_room(&c->out));
+    ASSERT(n > 0); /* a local response is small and <out> is at most half full here */
+    c->out.last += n;
+    c->status = status;
+    response_done(c);
+}
+
+static void sink_head(void *arg, const char *buf, const struct h1_resp *resp);
+static size_t sink_body(void *arg, const char *data, size_t len);
+static void sink_done(void *arg, enum up_err err);
+
+static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
+
+static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
+{
+    static char head[CONN_UPHEAD];
+    struct fwd_req_opts o = {g_cfg->hostname, true, c->bypass};
+    size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
+    if (n == 0) {
+        local_response(c, 431, true, NULL);
+        return;
+    }
+    struct upstream_req ur;
+    memset(&ur, 0, sizeof(ur));
+    ur.addr = *addr;
+    ur.head = head;
+    ur.head_len = n;
+    ur.method = c->req.method;
+    conn_set_state(c, CONN_S_UPSTREAM);
+    c->up = upstream_start(c->ctx->loop, c->ctx->upool, &ur, &conn_sink, c);
+}
+
+static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    c->rq = NULL;
+    if (err != 0) {
+        log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host,
+                 strerror(-err));
+        local_response(c, 502, false, NULL);
+    } else {
+        const struct sockaddr_storage *pick = NULL;
+        for (size_t i = 0; i < n && pick == NULL; i++)
+            if (g_cfg->allow_private || !resolver_addr_is_private((const void *)&addrs[i]))
+                pick = &addrs[i];
+        if (pick == NULL) {
+            log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
+                     c->auth.host);
+            g_stats.forbidden++;
+            local_response(c, 403, false, NULL);
+        } else {
+            start_upstream(c, pick);
+        }
+    }
+    update_io(c);
+    update_timer(c);
+}
+
+/* Acts on a parsed request head held in c->req_head / c->req. */
+static void handle_request(struct conn *c)
+{
+    const char *h = c->req_head;
+    const struct h1_req *req = &c->req;
+    g_stats.requests++;
+    c->head_req = req->method == H1_M_HEAD;
+    c->keep_alive = req->keep_alive;
+
+    if (req->method == H1_M_CONNECT) {
+        local_response(c, 405, true, "Allow: GET, HEAD\r\n");
+        return;
+    }
+    if (req->method == H1_M_OTHER) {
+        /* A body we will not read means we cannot find the next request: close. */
+        local_response(c, 405, req->has_body || req->has_te, "Allow: GET, HEAD\r\n");
+        return;
+    }
+    const char *hb = "/lancache-heartbeat";
+    if (req->path_only.len == strlen(hb) && memcmp(h + req->path_only.off, hb, strlen(hb)) == 0) {
+        local_response(c, 204, false,
+                       "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
+        return;
+    }
+    if (fwd_is_loop(h, req, g_cfg->hostname)) {
+        log_warn("conn#%u %s: loop detected (%s already in X-LanCache-Processed-By)", c->id,
+                 c->peer, g_cfg->hostname);
+        g_stats.loops++;
+        local_response(c, 508, false, NULL);
+        return;
+    }
+    if (h1_authority_parse(h + req->authority.off, req->authority.len, &c->auth) < 0) {
+        g_stats.client_bad_request++;
+        local_response(c, 400, true, NULL);
+        return;
+    }
+    if (c->auth.is_ip && !g_cfg->allow_private) {
+        log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
+        g_stats.forbidden++;
+        local_response(c, 403, false, NULL);
+        return;
+    }
+    /* TODO(#4): cache-domains identifiers; until then only allow_unlisted admits a host. */
+    if (!g_cfg->allow_unlisted) {
+        log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
+                 c->auth.host);
+        g_stats.forbidden++;
+        local_response(c, 403, false, NULL);
+        return;
+    }
+    c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
+
+    if (c->ctx->has_override) {
+        start_upstream(c, &c->ctx->override_addr);
+    } else if (c->auth.is_ip) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof(ss));
+        struct sockaddr_in *s4 = (void *)&ss;
+        struct sockaddr_in6 *s6 = (void *)&ss;
+        if (inet_pton(AF_INET6, c->auth.host, &s6->sin6_addr) == 1) {
+            s6->sin6_family = AF_INET6;
+            s6->sin6_port = htons(c->auth.port);
+        } else if (inet_aton(c->auth.host, &s4->sin_addr) != 0) {
+            s4->sin_family = AF_INET;
+            s4->sin_port = htons(c->auth.port);
+        } else {
+            local_response(c, 400, true, NULL);
+            return;
+        }
+        start_upstream(c, &ss);
+    } else {
+        conn_set_state(c, CONN_S_RESOLVE);
+        c->rq = resolver_query(c->ctx->resolver, c->auth.host, c->auth.port, on_resolved, c);
+    }
+}
+
+static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    if (c->state == CONN_S_CLOSING)
+        return;
+    out_ensure(c);
+    buf_compact(&c->out);
+    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS",
+                              c->req.version_minor, c->head_req, c->keep_alive && !c->draining};
+    size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, buf_room(&c->out));
+    if (n == 0) {
+        log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
+        conn_close(c);
+        return;
+    }
+    c->out.last += n;
+    c->status = resp->status;
+    if (c->body == FWD_BODY_CLOSE || !o.keep_alive)
+        c->keep_alive = false;
+    conn_set_state(c, CONN_S_STREAM);
+    update_io(c);
+}
+
+static size_t sink_body(void *arg, const char *data, size_t len)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    if (c->state != CONN_S_STREAM)
+        return 0;
+    if (c->body == FWD_BODY_NONE)
+        return len; /* HEAD: the origin should send nothing; drop it */
+    size_t taken = 0;
+    if (c->body == FWD_BODY_CHUNKED) {
+        /* Re-chunk into <out>, keeping room for the last-chunk "0\r\n\r\n". */
+        buf_compact(&c->out);
+        size_t room = buf_room(&c->out);
+        if (room <= 12 + 5)
+            return 0;
+        size_t n = len < room - 12 - 5 ? len : room - 12 - 5;
+        int k = snprintf(c->out.last, room, "%zx\r\n", n);
+        c->out.last += k;
+        memcpy(c->out.last, data, n);
+        c->out.last += n;
+        memcpy(c->out.last, "\r\n", 2);
+        c->out.last += 2;
+        taken = n;
+    } else {
+        if (buf_len(&c->out) == 0) {
+            /* Nothing queued before: write straight from the upstream buffer, no copy. */
+            ssize_t n;
+            do {
+                n = send(c->fd, data, len, MSG_NOSIGNAL);
+            } while (n < 0 && errno == EINTR);
+            if (n < 0 && errno != EAGAIN) {
+                log_debug("conn#%u %s: send: %s", c->id, c->peer, strerror(errno));
+                g_stats.client_reset++;
+                conn_close(c);
+                return 0;
+            }
+            if (n > 0) {
+                taken = (size_t)n;
+                c->last_write = ev_now(c->ctx->loop);
+            }
+        }
+        if (taken < len)
+            taken += buf_append(&c->out, data + taken, len - taken);
+    }
+    c->body_bytes += taken;
+    if (c->bypass)
+        g_stats.bytes_bypass += taken;
+    else
+        g_stats.bytes_miss += taken;
+    update_io(c);
+    update_timer(c);
+    return taken;
+}
+
+static void sink_done(void *arg, enum up_err err)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    c->up = NULL;
+    if (c->state == CONN_S_CLOSING)
+        return;
+    if (err == UP_OK) {
+        if (c->body == FWD_BODY_CHUNKED) {
+            size_t n = buf_append(&c->out, "0\r\n\r\n", 5);
+            ASSERT(n == 5); /* room was kept by sink_body */
+        }
+        if (c->body == FWD_BODY_CLOSE)
+            c->keep_alive = false;
+        response_done(c);
+    } else if (c->state == CONN_S_UPSTREAM) {
+        int status = (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504
+                                                                                        : 502;
+        local_response(c, status, false, NULL);
+    } else {
+        /* Failure after the head went out: the client sees a short body, then the close. */
+        log_info("conn#%u %s: origin failed mid-body after %llu bytes: closing", c->id, c->peer,
+                 (unsigned long long)c->body_bytes);
+        count_status(c->status);
+        c->keep_alive = false;
+        req_reset(c);
+        conn_set_state(c, CONN_S_FLUSH);
+    }
+    update_io(c);
+    update_timer(c);
+}
+
+/* One step of the state machine; returns true if it made progress. */
+static bool conn_step(struct conn *c)
+{
+    switch (c->state) {
+    case CONN_S_READ_HEAD: {
+        size_t len = buf_len(&c->in);
+        if (len == 0) {
+            if (c->peer_eof || c->draining) {
+                if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+                    conn_set_state(c, CONN_S_FLUSH);
+                    return true;
+                }
+                conn_close(c);
+                return false;
+            }
+            return false;
+        }
+        /* Keep room for the next response head: wait until <out> drained below half. */
+        if (buf_is_alloc(&c->out) && buf_len(&c->out) > CONN_OUTBUF / 2)
+            return false;
+        const char *why = NULL;
+        ssize_t n = h1_req_parse(c->in.pos, len, &c->req, &why);
+        if (n == 0) {
+            if (c->peer_eof) {
+                conn_close(c);
+                return false;
+            }
+            if (c->head_since == 0)
+                c->head_since = ev_now(c->ctx->loop);
+            return false;
+        }
+        if (n < 0) {
+            log_info("conn#%u %s: bad request (%d %s)", c->id, c->peer, (int)-n,
+                     why ? why : "");
+            g_stats.requests++;
+            g_stats.client_bad_request++;
+            c->head_req = false;
+            c->req.version_minor = 1;
+            c->keep_alive = false;
+            buf_reset(&c->in);
+            c->peer_eof = true; /* read nothing more from this client */
+            local_response(c, (int)-n, true, NULL);
+            return true;
+        }
+        c->req_head = xmalloc((size_t)n);
+        memcpy(c->req_head, c->in.pos, (size_t)n);
+        buf_consume(&c->in, (size_t)n);
+        c->head_since = 0;
+        handle_request(c);
+        return true;
+    }
+    case CONN_S_FLUSH:
+        if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0) {
+            conn_close(c);
+            return false;
+        }
+        return false;
+    default:
+        return false;
+    }
+}
+
+static void update_io(struct conn *c)
+{
+    unsigned ev = 0;
+    if (c->state == CONN_S_CLOSING)
+        return;
+    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0)
+        ev |= EV_WRITE;
+    if (!c->peer_eof && c->state != CONN_S_FLUSH &&
+        (buf_room(&c->in) > 0 || c->in.pos > c->in.start))
+        ev |= EV_READ;
+    if (ev == c->io_events)
+        return;
+    ev_io_stop(c->ctx->loop, &c->io);
+    c->io_events = ev;
+    if (ev != 0) {
+        ev_io_set(&c->io, c->fd, (int)ev);
+        ev_io_start(c->ctx->loop, &c->io);
+    }
+}
+
+/* The one timer: the earliest applicable deadline for the current state. */
+static void update_timer(struct conn *c)
+{
+    ev_tstamp now = ev_now(c->ctx->loop), dl = 0;
+    if (c->state == CONN_S_CLOSING)
+        return;
+    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+        dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
+    } else if (c->state == CONN_S_READ_HEAD) {
+        if (buf_len(&c->in) > 0 && c->head_since > 0)
+            dl = c->head_since + (double)g_cfg->request_timeout_ms / 1000.0;
+        else if (c->served == 0)
+            dl = c->idle_since + (double)g_cfg->request_timeout_ms / 1000.0;
+        else
+            dl = c->idle_since + (double)g_cfg->keepalive_timeout_ms / 1000.0;
+    }
+    c->deadline = dl;
+    if (dl == 0) {
+        ev_timer_stop(c->ctx->loop, &c->timer);
+        return;
+    }
+    /* Re-arm only when the timer would fire too late; an early fire just re-checks. */
+    if (ev_is_active(&c->timer) && now + ev_timer_remaining(c->ctx->loop, &c->timer) <= dl)
+        return;
+    ev_timer_stop(c->ctx->loop, &c->timer);
+    ev_timer_set(&c->timer, dl - now > 0 ? dl - now : 0., 0.);
+    ev_timer_start(c->ctx->loop, &c->timer);
+}
+
+static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)revents;
+    struct conn *c = container_of(w, struct conn, timer);
+    CHECK_OBJ(c, CONN_MAGIC);
+    if (c->deadline == 0 || ev_now(loop) < c->deadline - 0.001) {
+        update_timer(c);
+        return;
+    }
+    if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
+        !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0)) {
+        log_debug("conn#%u %s: idle timeout", c->id, c->peer);
+    } else {
+        log_info("conn#%u %s: %s timeout in %s", c->id, c->peer,
+                 buf_is_alloc(&c->out) && buf_len(&c->out) > 0 ? "send" : "request",
+                 conn_state_names[c->state]);
+        g_stats.client_timeout++;
+    }
+    conn_close(c);
+}
+
+static void conn_drive(struct conn *c);
+
+static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    struct conn *c = container_of(w, struct conn, io);
+    CHECK_OBJ(c, CONN_MAGIC);
+
+    if (revents & EV_WRITE) {
+        if (!flush_out(c))
+            return;
+        if (c->up != NULL && c->state == CONN_S_STREAM && buf_len(&c->out) < CONN_OUTBUF / 2)
+            upstream_resume(c->up);
+    }
+    if ((revents & EV_READ) && !c->peer_eof) {
+        if (buf_room(&c->in) == 0)
+            buf_compact(&c->in);
+        ssize_t n;
+        do {
+            n = recv(c->fd, c->in.last, buf_room(&c->in), 0);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            if (c->state == CONN_S_READ_HEAD && c->head_since == 0)
+                c->head_since = ev_now(c->ctx->loop);
+            c->in.last += n;
+        } else if (n == 0) {
+            c->peer_eof = true;
+        } else if (errno != EAGAIN) {
+            log_debug("conn#%u %s: recv: %s", c->id, c->peer, strerror(errno));
+            if (c->state != CONN_S_READ_HEAD)
+                g_stats.client_reset++;
+            conn_close(c);
+            return;
+        }
+    }
+    conn_drive(c);
+}
+
+/* Steps while progress is made, writes what is queued, recomputes interest and timer. */
+static void conn_drive(struct conn *c)
+{
+    while (c->state != CONN_S_CLOSING && conn_step(c)) {
+    }
+    if (c->state == CONN_S_CLOSING)
+        return;
+    /* A local response queued by a step is written at once rather than next iteration. */
+    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+        if (!flush_out(c))
+            return;
+        if (c->state == CONN_S_FLUSH && buf_len(&c->out) == 0) {
+            conn_close(c);
+            return;
+        }
+    }
+    /* Release <out>'s memory while idle between requests. */
+    if (c->state == CONN_S_READ_HEAD && buf_is_alloc(&c->out) && buf_len(&c->out) == 0)
+        buf_free(&c->out);
+    update_io(c);
+    update_timer(c);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->state == CONN_S_CLOSING)
+        return;
+    conn_set_state(c, CONN_S_CLOSING);
+    ev_io_stop(c->ctx->loop, &c->io);
+    ev_timer_stop(c->ctx->loop, &c->timer);
+    c->reap_next = reap_list;
+    reap_list = c;
+}
+
+static void conn_free(struct conn *c)
+{
+    req_reset(c);
+    ev_io_stop(c->ctx->loop, &c->io);
+    ev_timer_stop(c->ctx->loop, &c->timer);
+    close(c->fd);
+    buf_free(&c->in);
+    buf_free(&c->out);
+    *c->pprev = c->next;
+    if (c->next)
+        c->next->pprev = c->pprev;
+    n_conns--;
+    g_stats.conn_open--;
+    void (*on_closed)(void) = c->ctx->on_closed;
+    c->magic = 0;
+    free(c);
+    if (on_closed)
+        on_closed();
+}
+
+static void conn_kick(struct conn *c)
+{
+    if (c->kicked)
+        return;
+    c->kicked = true;
+    c->kick_next = kick_list;
+    kick_list = c;
+}
+
+static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    /* Kicked conns first: driving one may close it, and closed ones are freed below. */
+    while (kick_list != NULL) {
+        struct conn *c = kick_list;
+        kick_list = c->kick_next;
+        c->kicked = false;
+        if (c->state != CONN_S_CLOSING)
+            conn_drive(c);
+    }
+    while (reap_list != NULL) {
+        struct conn *c = reap_list;
+        reap_list = c->reap_next;
+        conn_free(c);
+    }
+}
+
+void conn_module_init(struct conn_ctx *ctx)
+{
+    module_loop = ctx->loop;
+    ev_prepare_init(&reaper, on_reap);
+    ev_prepare_start(ctx->loop, &reaper);
+    ev_unref(ctx->loop); /* the reaper alone must not keep the loop running */
+}
+
+void conn_module_fini(void)
+{
+    while (conns != NULL)
+        conn_close(conns), on_reap(module_loop, &reaper, 0);
+    on_reap(module_loop, &reaper, 0);
+    ev_ref(module_loop);
+    ev_prepare_stop(module_loop, &reaper);
+}
+
+void conn_new(struct conn_ctx *ctx, int fd, const struct sockaddr_storage *peer)
+{
+    struct conn *c = xcalloc(1, sizeof(*c));
+    c->magic = CONN_MAGIC;
+    c->id = ++conn_next_id;
+    c->ctx = ctx;
+    c->fd = fd;
+    c->state = CONN_S_READ_HEAD;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (peer->ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const void *)peer;
+        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
+    } else if (peer->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const void *)peer;
+        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
+    }
+    buf_alloc(&c->in, CONN_INBUF);
+    c->idle_since = ev_now(ctx->loop);
+    c->last_write = c->idle_since;
+    ev_init(&c->io, on_conn_io);
+    ev_init(&c->timer, on_conn_timer);
+    c->next = conns;
+    if (conns)
+        conns->pprev = &c->next;
+    c->pprev = &conns;
+    conns = c;
+    n_conns++;
+    g_stats.conn_open++;
+    g_stats.conn_accepted++;
+    log_debug("conn#%u %s: accepted", c->id, c->peer);
+    update_io(c);
+    update_timer(c);
+}
+
+unsigned conn_count(void)
+{
+    return n_conns;
+}
+
+void conn_drain_all(void)
+{
+    for (struct conn *c = conns; c != NULL; c = c->next) {
+        if (c->state == CONN_S_CLOSING)
+            continue;
+        c->draining = true;
+        if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
+            !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0))
+            conn_close(c);
+    }
+}

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* forward: pure builders of upstream requests and client response heads. See forward.h. */
+#include "forward.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+/* A bounded appender: once it overflows, every later append fails and the length is 0. */
+struct out {
+    char *p;
+    size_t len;
+    size_t cap;
+    bool over;
+};
+
+static void put(struct out *o, const char *s, size_t n)
+{
+    if (o->over || o->cap - o->len < n) {
+        o->over = true;
+        return;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+static void puts_(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static void putf(struct out *o, const char *fmt, ...)
+{
+    if (o->over)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= o->cap - o->len)
+        o->over = true;
+    else
+        o->len += (size_t)n;
+}
+
+static void put_field(struct out *o, const char *buf, const struct h1_field *f)
+{
+    put(o, buf + f->name.off, f->name.len);
+    put(o, ": ", 2);
+    put(o, buf + f->value.off, f->value.len);
+    put(o, "\r\n", 2);
+}
+
+static size_t out_done(struct out *o)
+{
+    return o->over ? 0 : o->len;
+}
+
+static bool name_is(const char *buf, const struct h1_field *f, const char *name)
+{
+    return util_ieq(buf + f->name.off, f->name.len, name);
+}
+
+static const char *const always_forwarded[] = {"User-Agent", "Range", "Accept"};
+static const char *const conditionals[] = {"If-Match", "If-None-Match", "If-Modified-Since",
+                                           "If-Unmodified-Since", "If-Range"};
+
+size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
+                        const struct h1_authority *auth, const struct fwd_req_opts *o, char *out,
+                        size_t cap)
+{
+    struct out w = {out, 0, cap, false};
+    put(&w, hbuf + req->method_s.off, req->method_s.len);
+    put(&w, " ", 1);
+    if (req->path.len == 0)
+        put(&w, "/", 1);
+    else
+        put(&w, hbuf + req->path.off, req->path.len);
+    puts_(&w, " HTTP/1.1\r\nHost: ");
+    puts_(&w, auth->ident);
+    puts_(&w, "\r\n");
+
+    bool seen_loop_hdr = false;
+    for (unsigned i = 0; i < req->n_fields; i++) {
+        const struct h1_field *f = &req->fields[i];
+        bool fwd = false;
+        for (size_t k = 0; k < ARRAY_SIZE(always_forwarded) && !fwd; k++)
+            fwd = name_is(hbuf, f, always_forwarded[k]);
+        for (size_t k = 0; o->pass_conditionals && k < ARRAY_SIZE(conditionals) && !fwd; k++)
+            fwd = name_is(hbuf, f, conditionals[k]);
+        if (!fwd && o->pass_authorization)
+            fwd = name_is(hbuf, f, "Authorization");
+        if (fwd) {
+            put_field(&w, hbuf, f);
+        } else if (name_is(hbuf, f, "X-LanCache-Processed-By") && !seen_loop_hdr) {
+            /* Keep the chain: every earlier cache's name, then ours, in one field. */
+            seen_loop_hdr = true;
+            puts_(&w, "X-LanCache-Processed-By: ");
+            bool first = true;
+            for (unsigned j = i; j < req->n_fields; j++) {
+                const struct h1_field *g = &req->fields[j];
+                if (!name_is(hbuf, g, "X-LanCache-Processed-By") || g->value.len == 0)
+                    continue;
+                if (!first)
+                    puts_(&w, ", ");
+                put(&w, hbuf + g->value.off, g->value.len);
+                first = false;
+            }
+            if (!first)
+                puts_(&w, ", ");
+            puts_(&w, o->hostname);
+            puts_(&w, "\r\n");
+        }
+    }
+    if (!seen_loop_hdr)
+        putf(&w, "X-LanCache-Processed-By: %s\r\n", o->hostname);
+    puts_(&w, "\r\n");
+    return out_done(&w);
+}
+
+size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
+                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out,
+                         size_t cap)
+{
+    struct out w = {out, 0, cap, false};
+    bool keep = o->keep_alive;
+    bool keep_cl_field = false;
+
+    switch (resp->framing) {
+    case H1_BODY_NONE:
+        *body = FWD_BODY_NONE;
+        /* A HEAD or 304 answer's Content-Length describes the entity: pass it on. */
+        keep_cl_field = o->head_req || resp->status == 304;
+        break;
+    case H1_BODY_LENGTH:
+        *body = o->head_req ? FWD_BODY_NONE : FWD_BODY_LENGTH;
+        break;
+    case H1_BODY_CHUNKED:
+    case H1_BODY_CLOSE:
+        if (o->head_req) {
+            *body = FWD_BODY_NONE;
+        } else if (o->client_minor >= 1 && keep) {
+            *body = FWD_BODY_CHUNKED;
+        } else {
+            *body = FWD_BODY_CLOSE;
+            keep = false;
+        }
+        break;
+    }
+
+    putf(&w, "HTTP/1.1 %d %s\r\n", resp->status, h1_reason(resp->status));
+    for (unsigned i = 0; i < resp->n_fields; i++) {
+        const struct h1_field *f = &resp->fields[i];
+        if (h1_is_hop_by_hop(rbuf, resp->fields, resp->n_fields, f))
+            continue;
+        if (name_is(rbuf, f, "Content-Length") && !keep_cl_field)
+            continue;
+        if (name_is(rbuf, f, "X-LanCache-Processed-By") ||
+            name_is(rbuf, f, "X-Upstream-Cache-Status"))
+            continue;
+        put_field(&w, rbuf, f);
+    }
+    if (resp->framing == H1_BODY_LENGTH)
+        putf(&w, "Content-Length: %llu\r\n", (unsigned long long)resp->content_length);
+    if (*body == FWD_BODY_CHUNKED)
+        puts_(&w, "Transfer-Encoding: chunked\r\n");
+    if (!keep)
+        puts_(&w, "Connection: close\r\n");
+    else if (o->client_minor == 0)
+        puts_(&w, "Connection: keep-alive\r\n");
+    putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", o->hostname,
+         o->cache_status);
+    return out_done(&w);
+}
+
+size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
+                          const char *extra, char *out, size_t cap)
+{
+    struct out w = {out, 0, cap, false};
+    char body[64];
+    bool no_body = status == 204 || status == 304 || status < 200;
+    int blen = no_body ? 0 : snprintf(body, sizeof(body), "%d %s\n", status, h1_reason(status));
+    putf(&w, "HTTP/1.1 %d %s\r\n", status, h1_reason(status));
+    putf(&w, "X-LanCache-Processed-By: %s\r\n", hostname);
+    if (!no_body)
+        putf(&w, "Content-Type: text/plain\r\nContent-Length: %d\r\n", blen);
+    if (extra != NULL)
+        puts_(&w, extra);
+    puts_(&w, keep_alive ? "" : "Connection: close\r\n");
+    puts_(&w, "\r\n");
+    if (!no_body && !head_req)
+        put(&w, body, (size_t)blen);
+    return out_done(&w);
+}
+
+bool fwd_is_loop(const char *hbuf, const struct h1_req *req, const char *hostname)
+{
+    for (unsigned i = 0; i < req->n_fields; i++) {
+        const struct h1_field *f = &req->fields[i];
+        if (name_is(hbuf, f, "X-LanCache-Processed-By") &&
+            h1_list_has(hbuf + f->value.off, f->value.len, hostname))
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * main: command line, configuration snapshots (g_cfg), signals, wiring the modules in order,
+ * graceful shutdown. No logic another module could own and test.
+ *
+ * Start order: config -> log -> loop -> override address -> resolver -> upool -> conn -> server
+ * -> READY=1. Stop order is the reverse. SIGTERM/SIGINT: stop accepting, let responses in flight
+ * finish (bounded by shutdown_timeout), exit 0. SIGHUP: reload (a bad file is refused, settings
+ * that cannot change live are logged and kept). SIGUSR1: reopen the error log.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "resolver.h"
+#include "server.h"
+#include "upool.h"
+#include "upstream.h"
+#include "util.h"
+
+#ifndef CACHEPARTY_VERSION
+#define CACHEPARTY_VERSION "0.1.0"
+#endif
+
+const struct config *g_cfg;
+
+/* Every snapshot ever published, freed at exit: a reload never frees one that a callback up the
+ * stack may still read. Reloads are rare, so this stays small. */
+static struct config **snapshots;
+static size_t n_snapshots;
+
+static struct conn_ctx ctx;
+static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
+static ev_timer shutdown_timer;
+static bool shutting_down;
+
+static void usage(FILE *fp)
+{
+    fprintf(fp, "usage: cacheparty [-c FILE] [-t] [-V] [-h]\n"
+                "  -c FILE  configuration file (default %s)\n"
+                "  -t       check the configuration, print a summary and exit\n"
+                "  -V       print the version and exit\n"
+                "  -h       this help\n",
+            CONFIG_DEFAULT_PATH);
+}
+
+static void publish(struct config *cfg)
+{
+    snapshots = xrealloc(snapshots, (n_snapshots + 1) * sizeof(*snapshots));
+    snapshots[n_snapshots++] = cfg;
+    g_cfg = cfg;
+    g_log_level = (int)cfg->level;
+}
+
+/* systemd's notify protocol, spoken directly (no libsystemd). */
+static void sd_notify_send(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (path == NULL || path[0] == '\0')
+        return;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    size_t len = strlen(path);
+    if (len >= sizeof(sa.sun_path) || (path[0] != '/' && path[0] != '@'))
+        return;
+    memcpy(sa.sun_path, path, len);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen) < 0)
+        log_warn("sd_notify: %s", strerror(errno));
+    close(fd);
+}
+
+static int resolve_override(const struct cfg_hostport *hp, struct sockaddr_storage *out)
+{
+    struct addrinfo hints, *res = NULL;
+    char port[8];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof(port), "%u", hp->port);
+    int rc = getaddrinfo(hp->host, port, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        fprintf(stderr, "cacheparty: override %s: %s\n", hp->host, gai_strerror(rc));
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void stop_loop_if_drained(void)
+{
+    if (shutting_down && conn_count() == 0)
+        ev_break(ctx.loop, EVBREAK_ALL);
+}
+
+static void on_conn_closed(void)
+{
+    server_conn_closed();
+    stop_loop_if_drained();
+}
+
+static void on_shutdown_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    log_warn("shutdown_timeout reached with %u connections open: closing them", conn_count());
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)revents;
+    if (shutting_down) {
+        log_warn("second signal %d: stopping now", w->signum);
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    log_info("signal %d: draining %u connections (at most %llu ms)", w->signum, conn_count(),
+             (unsigned long long)g_cfg->shutdown_timeout_ms);
+    shutting_down = true;
+    sd_notify_send("STOPPING=1");
+    server_stop();
+    upool_drain(ctx.upool);
+    conn_drain_all();
+    ev_timer_init(&shutdown_timer, on_shutdown_timeout, (double)g_cfg->shutdown_timeout_ms / 1000.0,
+                  0.);
+    ev_timer_start(loop, &shutdown_timer);
+    stop_loop_if_drained();
+}
+
+static bool addrs_equal(const struct cfg_addr *a, size_t na, const struct cfg_addr *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i].text, b[i].text) != 0)
+            return false;
+    return true;
+}
+
+/* Keeps in <n> what cannot change without a restart, logging each difference. */
+static void keep_fixed_settings(struct config *n, const struct config *o)
+{
+    if (!addrs_equal(n->listen, n->n_listen, o->listen, o->n_listen)) {
+        log_warn("reload: [server] listen cannot change live: kept (restart to apply)");
+        memcpy(n->listen, o->listen, sizeof(n->listen));
+        n->n_listen = o->n_listen;
+    }
+    if (n->has_admin != o->has_admin ||
+        (n->has_admin && strcmp(n->admin_listen.text, o->admin_listen.text) != 0)) {
+        log_warn("reload: [server] admin_listen cannot change live: kept");
+        n->has_admin = o->has_admin;
+        n->admin_listen = o->admin_listen;
+    }
+    if (!addrs_equal(n->tls_listen, n->n_tls_listen, o->tls_listen, o->n_tls_listen)) {
+        log_warn("reload: [tls] passthrough_listen cannot change live: kept");
+        memcpy(n->tls_listen, o->tls_listen, sizeof(n->tls_listen));
+        n->n_tls_listen = o->n_tls_listen;
+    }
+    if (n->chunk_size != o->chunk_size) {
+        log_warn("reload: [cache] chunk_size cannot change live: kept");
+        n->chunk_size = o->chunk_size;
+    }
+    bool dirs_same = n->n_dirs == o->n_dirs;
+    for (size_t i = 0; dirs_same && i < n->n_dirs; i++)
+        dirs_same = strcmp(n->dirs[i], o->dirs[i]) == 0;
+    if (!dirs_same)
+        log_warn("reload: [cache] dir cannot change live: kept");
+    for (size_t i = 0; !dirs_same && i < n->n_dirs; i++) {
+        free(n->dirs[i]);
+        n->dirs[i] = NULL;
+    }
+    for (size_t i = 0; !dirs_same && i < o->n_dirs; i++)
+        n->dirs[i] = xstrdup(o->dirs[i]);
+    if (!dirs_same)
+        n->n_dirs = o->n_dirs;
+    bool dns_same = n->dns_system == o->dns_system && n->n_dns == o->n_dns &&
+                    memcmp(n->dns, o->dns, sizeof(n->dns[0]) * n->n_dns) == 0;
+    if (!dns_same) {
+        log_warn("reload: [upstream] dns cannot change live yet: kept (restart to apply)");
+        n->dns_system = o->dns_system;
+        memcpy(n->dns, o->dns, sizeof(n->dns));
+        n->n_dns = o->n_dns;
+    }
+    bool ovr_same = n->has_override == o->has_override &&
+                    (!n->has_override || (strcmp(n->override.host, o->override.host) == 0 &&
+                                          n->override.port == o->override.port));
+    if (!ovr_same) {
+        log_warn("reload: [upstream] override cannot change live: kept");
+        n->has_override = o->has_override;
+        n->override = o->override;
+    }
+}
+
+static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    struct config *n = NULL;
+    char err[512];
+    if (config_load(g_cfg->path, &n, err, sizeof(err)) < 0) {
+        log_err("reload refused, keeping the running configuration: %s", err);
+        return;
+    }
+    keep_fixed_settings(n, g_cfg);
+    bool log_changed = strcmp(n->error_log ? n->error_log : "-",
+                              g_cfg->error_log ? g_cfg->error_log : "-") != 0;
+    publish(n);
+    if (log_changed)
+        log_open(n->error_log);
+    else
+        log_reopen();
+    log_info("configuration reloaded from %s", n->path);
+}
+
+static void on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    log_reopen();
+    log_info("log files reopened");
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = CONFIG_DEFAULT_PATH;
+    bool test_only = false;
+    int opt;
+    while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
+        switch (opt) {
+        case 'c':
+            path = optarg;
+            break;
+        case 't':
+            test_only = true;
+            break;
+        case 'V':
+            printf("cacheparty %s\n", CACHEPARTY_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "cacheparty: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 1;
+    }
+
+    struct config *cfg = NULL;
+    char err[512];
+    if (config_load(path, &cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (test_only) {
+        char sum[512];
+        config_summary(cfg, sum, sizeof(sum));
+        printf("%s\n", sum);
+        config_free(&cfg);
+        return 0;
+    }
+    publish(cfg);
+    if (log_open(cfg->error_log) < 0)
+        fprintf(stderr, "cacheparty: cannot open error log %s, using stderr\n", cfg->error_log);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 2;
+    struct ev_loop *loop = ev_default_loop(EVBACKEND_EPOLL);
+    if (loop == NULL)
+        loop = ev_default_loop(0);
+    if (loop == NULL) {
+        fprintf(stderr, "cacheparty: cannot create the event loop\n");
+        goto out_cfg;
+    }
+    ctx.loop = loop;
+    ctx.on_closed = on_conn_closed;
+    if (cfg->has_override) {
+        if (resolve_override(&cfg->override, &ctx.override_addr) < 0)
+            goto out_loop;
+        ctx.has_override = true;
+    }
+    ctx.resolver = resolver_new(loop, cfg, err, sizeof(err));
+    if (ctx.resolver == NULL) {
+        fprintf(stderr, "cacheparty: %s\n", err);
+        goto out_loop;
+    }
+    ctx.upool = upool_new(loop);
+    conn_module_init(&ctx);
+    if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cacheparty: %s\n", err);
+        goto out_modules;
+    }
+
+    ev_signal_init(&sig_term, on_stop_signal, SIGTERM);
+    ev_signal_init(&sig_int, on_stop_signal, SIGINT);
+    ev_signal_init(&sig_hup, on_hup, SIGHUP);
+    ev_signal_init(&sig_usr1, on_usr1, SIGUSR1);
+    ev_signal_start(loop, &sig_term);
+    ev_signal_start(loop, &sig_int);
+    ev_signal_start(loop, &sig_hup);
+    ev_signal_start(loop, &sig_usr1);
+
+    log_info("cacheparty %s started (hostname %s)", CACHEPARTY_VERSION, cfg->hostname);
+    sd_notify_send("READY=1");
+    ev_run(loop, 0);
+    rc = 0;
+    log_info("cacheparty stopped");
+
+    ev_signal_stop(loop, &sig_term);
+    ev_signal_stop(loop, &sig_int);
+    ev_signal_stop(loop, &sig_hup);
+    ev_signal_stop(loop, &sig_usr1);
+    ev_timer_stop(loop, &shutdown_timer);
+    server_stop();
+out_modules:
+    conn_module_fini();
+    ASSERT(upstream_live() == 0);
+    upool_free(&ctx.upool);
+    resolver_free(&ctx.resolver);
+out_loop:
+    ev_loop_destroy(loop);
+out_cfg:
+    log_close();
+    for (size_t i = 0; i < n_snapshots; i++)
+        config_free(&snapshots[i]);
+    free(snapshots);
+    if (n_snapshots == 0)
+        config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* util: always-on assertion sink, aborting allocators, clocks, small string helpers. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+void util_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    fprintf(stderr, "cacheparty: assertion failed: %s at %s:%d (%s)\n", expr, file, line, func);
+    fflush(stderr);
+    abort();
+}
+
+static void *oom(size_t len)
+{
+    fprintf(stderr, "cacheparty: out of memory allocating %zu bytes\n", len);
+    abort();
+}
+
+void *xmalloc(size_t len)
+{
+    void *p = malloc(len ? len : 1);
+    return p ? p : oom(len);
+}
+
+void *xcalloc(size_t n, size_t len)
+{
+    void *p = calloc(n ? n : 1, len ? len : 1);
+    return p ? p : oom(n * len);
+}
+
+void *xrealloc(void *p, size_t len)
+{
+    void *q = realloc(p, len ? len : 1);
+    return q ? q : oom(len);
+}
+
+char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t len)
+{
+    char *p = xmalloc(len + 1);
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
+
+uint64_t util_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t util_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+bool util_ieq(const char *a, size_t alen, const char *b)
+{
+    return strlen(b) == alen && strncasecmp(a, b, alen) == 0;
+}
+
+int util_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    fl = fcntl(fd, F_GETFD);
+    if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
+        return -errno;
+    return 0;
+}
