@@ -37,6 +37,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
+.SECONDARY:
+
 .PHONY: all run test asan bench fuzz soak cross install uninstall clean deps unit it check-headers \
         check-format test-bins
 

@@ -47,7 +47,7 @@
 #define LG_HEAD_MAX (32 * 1024)
 #define LG_SAMPLE_PERIOD (1024 * 1024)
 #define LG_SAMPLE_WIN (64 * 1024)
-#define LG_IDLE_TIMEOUT 60.0
+#define LG_IDLE_TIMEOUT 30.0
 #define LG_MAX_RECONNECTS 50
 #define LG_RANGE_MIN (64 * 1024)
 #define LG_RANGE_MAX (4 * 1024 * 1024)

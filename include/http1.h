@@ -60,8 +60,9 @@ struct h1_req {
 
 /*
  * Parse one request head at buf[0..len).
- * Returns > 0: the head is complete and valid; the value is its length (through the blank line),
- *              and <req> is filled (spans into <buf>).
+ * Returns > 0: the head is complete and valid; the value is its length (through the blank line,
+ *              counting any empty lines skipped before the request-line), and <req> is filled
+ *              (spans into <buf>).
  *           0: incomplete, read more (len < H1_MAX_HEAD and nothing invalid seen yet).
  *         < 0: minus the HTTP status to answer before closing: -400 malformed, -414 target too
  *              long, -431 head too large or too many fields, -505 version not supported.

@@ -273,7 +273,7 @@ static void handle_request(struct conn *c)
     const struct h1_req *req = &c->req;
     g_stats.requests++;
     c->head_req = req->method == H1_M_HEAD;
-    c->keep_alive = req->keep_alive;
+    c->keep_alive = req->keep_alive && g_cfg->keepalive_timeout_ms > 0;
 
     if (req->method == H1_M_CONNECT) {
         local_response(c, 405, true, "Allow: GET, HEAD\r\n");

@@ -75,10 +75,9 @@ size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
     struct out w = {out, 0, cap, false};
     put(&w, hbuf + req->method_s.off, req->method_s.len);
     put(&w, " ", 1);
-    if (req->path.len == 0)
+    if (req->path_only.len == 0) /* absolute-form without a path: "/" (then any query) */
         put(&w, "/", 1);
-    else
-        put(&w, hbuf + req->path.off, req->path.len);
+    put(&w, hbuf + req->path.off, req->path.len);
     puts_(&w, " HTTP/1.1\r\nHost: ");
     puts_(&w, auth->ident);
     puts_(&w, "\r\n");

@@ -58,7 +58,7 @@ static const unsigned char ctab[256] = {
 };
 
 enum {
-    CHUNK_LINE_MAX = 4096,     /* chunk-size line, extensions included */
+    CHUNK_LINE_MAX = 4096,     /* chunk-size line before its CRLF, extensions included */
     CHUNK_TRAILER_MAX = 16384, /* whole trailer section */
 };
 
@@ -87,6 +87,7 @@ struct pctx {
     unsigned n;
     bool in_value;         /* the last field callback was a value: a name starts a new field */
     bool complete;         /* headers-complete seen */
+    bool standin;          /* the request line fed is not in <buf>: ignore the URL */
     struct h1_span url;    /* request-target as http-parser saw it */
     struct h1_span status; /* reason phrase */
 };
@@ -210,8 +211,7 @@ static bool cl_parse(const char *v, size_t len, uint64_t *cl, bool *seen)
 }
 
 /* "HTTP/1.x" or a prefix of it (<complete> false). Sets *minor when complete and supported. */
-static enum perr check_version(const char *v, size_t n, bool complete, int *minor,
-                               const char **why)
+static enum perr check_version(const char *v, size_t n, bool complete, int *minor, const char **why)
 {
     static const char pat[] = "HTTP/#.#";
 
@@ -266,6 +266,11 @@ static enum perr check_req_line(const char *buf, size_t off, size_t n, bool comp
     }
     if (j == t0 || l[j] != ' ')
         return bad(why, "bad request-target");
+    /* The same bound as for a partial line, so that no prefix of an accepted line fails. */
+    if (j > H1_MAX_TARGET + 64) {
+        *why = "request line too long";
+        return PE_TARGET;
+    }
     sc->method = mkspan(off, i);
     sc->target = mkspan(off + t0, j - t0);
     return check_version((const char *)l + j + 1, n - j - 1, complete, &sc->minor, why);
@@ -431,7 +436,7 @@ static int cb_url(http_parser *p, const char *at, size_t n)
 {
     struct pctx *ctx = p->data;
 
-    return n == 0 ? 0 : span_add(&ctx->url, ctx->buf, at, n);
+    return n == 0 || ctx->standin ? 0 : span_add(&ctx->url, ctx->buf, at, n);
 }
 
 static int cb_status(http_parser *p, const char *at, size_t n)
@@ -460,15 +465,15 @@ static int cb_value(http_parser *p, const char *at, size_t n)
 {
     struct pctx *ctx = p->data;
 
-    /*
-     * http-parser reports an empty value only when it sees the next line's first byte, which
-     * may come after a Content-Length line that we recorded ourselves: ignore empty pieces.
-     */
-    if (n == 0)
-        return 0;
     if (ctx->n == 0)
         return -1;
     ctx->in_value = true;
+    /*
+     * http-parser reports an empty value only when it sees the next line's first byte, which
+     * may come after a Content-Length line that we recorded ourselves: keep no empty piece.
+     */
+    if (n == 0)
+        return 0;
     return span_add(&ctx->fields[ctx->n - 1].value, ctx->buf, at, n);
 }
 
@@ -535,6 +540,7 @@ static int run_parser(http_parser *p, enum http_parser_type type, const char *bu
 
     http_parser_init(p, type);
     p->data = ctx;
+    ctx->standin = standin;
     if (standin) {
         if (!feed(p, ctx, standin_line[sc->minor], strlen(standin_line[sc->minor])))
             return (int)HTTP_PARSER_ERRNO(p);
@@ -565,6 +571,95 @@ static int run_parser(http_parser *p, enum http_parser_type type, const char *bu
     return ctx->n == sc->n_fields ? 0 : HPE_UNKNOWN;
 }
 
+/*
+ * The host part and optional port of an authority into <out>; *has_port says whether a port
+ * was given. See h1_authority_parse().
+ */
+static int parse_authority(const char *s, size_t len, struct h1_authority *out, bool *has_port)
+{
+    size_t hl, rl, il;
+    const char *rest;
+
+    *has_port = false;
+    if (len == 0)
+        return -EINVAL;
+    out->port = 80;
+    if (s[0] == '[') {
+        const char *rb = memchr(s, ']', len);
+        struct in6_addr a6;
+
+        if (rb == NULL)
+            return -EINVAL;
+        il = (size_t)(rb - s) - 1;
+        if (il == 0 || il >= INET6_ADDRSTRLEN)
+            return -EINVAL;
+        for (size_t i = 0; i < il; i++) {
+            char c = s[1 + i];
+
+            if (!(ctab[(unsigned char)c] & C_HEX) && c != ':' && c != '.')
+                return -EINVAL;
+            out->host[i] = lower(c);
+        }
+        out->host[il] = '\0';
+        if (inet_pton(AF_INET6, out->host, &a6) != 1)
+            return -EINVAL;
+        out->is_ip = true;
+        out->ident[0] = '[';
+        memcpy(out->ident + 1, out->host, il);
+        out->ident[il + 1] = ']';
+        hl = il + 2;
+        il += 2;
+    } else {
+        const char *colon = memchr(s, ':', len);
+        struct in_addr a4;
+        bool dot = true; /* a leading dot is an empty label */
+
+        hl = colon != NULL ? (size_t)(colon - s) : len;
+        il = hl;
+        if (il > 0 && s[il - 1] == '.')
+            il--;
+        if (il == 0 || il > 253)
+            return -EINVAL;
+        for (size_t i = 0; i < il; i++) {
+            char c = s[i];
+
+            if (!(ctab[(unsigned char)c] & C_HOST))
+                return -EINVAL;
+            if (c == '.' && dot)
+                return -EINVAL;
+            dot = c == '.';
+            out->host[i] = lower(c);
+        }
+        if (dot)
+            return -EINVAL;
+        out->host[il] = '\0';
+        out->is_ip = inet_aton(out->host, &a4) != 0;
+        memcpy(out->ident, out->host, il);
+    }
+    out->ident[il] = '\0';
+
+    rest = s + hl;
+    rl = len - hl;
+    if (rl > 0) {
+        unsigned port = 0;
+
+        if (rest[0] != ':' || rl < 2 || rl > 6)
+            return -EINVAL;
+        for (size_t i = 1; i < rl; i++) {
+            if (!is_digit(rest[i]))
+                return -EINVAL;
+            port = port * 10 + (unsigned)(rest[i] - '0');
+        }
+        if (port == 0 || port > 65535)
+            return -EINVAL;
+        out->port = (uint16_t)port;
+        memcpy(out->ident + il, rest, rl);
+        out->ident[il + rl] = '\0';
+        *has_port = true;
+    }
+    return 0;
+}
+
 static ssize_t req_fail(enum perr e, const char *reason, const char **why)
 {
     if (why != NULL)
@@ -581,8 +676,6 @@ static ssize_t req_fail(enum perr e, const char *reason, const char **why)
         return -400;
     }
 }
-
-static int parse_authority(const char *s, size_t len, struct h1_authority *out, bool *has_port);
 
 /*
  * Split the request-target into path/path_only (and, for absolute-form, the authority), per
@@ -771,7 +864,6 @@ ssize_t h1_resp_parse(const char *buf, size_t len, enum h1_method method, struct
     memset(&ctx, 0, sizeof(ctx));
     ctx.buf = buf;
     ctx.fields = resp->fields;
-    ctx.status = sc.reason;
     if (run_parser(&p, HTTP_RESPONSE, buf, &sc, &ctx, false) != 0 || p.http_major != 1 ||
         p.http_minor != sc.minor || (int)p.status_code != sc.status)
         return -EPROTO;
@@ -780,7 +872,7 @@ ssize_t h1_resp_parse(const char *buf, size_t len, enum h1_method method, struct
 
     resp->status = sc.status;
     resp->version_minor = sc.minor;
-    resp->reason = ctx.status;
+    resp->reason = ctx.status.len > 0 ? ctx.status : sc.reason;
     resp->n_fields = ctx.n;
     resp->content_length = 0;
 
@@ -884,6 +976,7 @@ int h1_chunked_parse(struct h1_chunked *c, const char *in, size_t len, size_t *f
                 goto fail;
             } else if (ch == '\r') {
                 c->state = CH_SIZE_LF;
+                break;
             } else if (ch == ';' || is_ows((char)ch)) {
                 c->state = CH_EXT;
             } else {
@@ -895,9 +988,7 @@ int h1_chunked_parse(struct h1_chunked *c, const char *in, size_t len, size_t *f
         case CH_EXT:
             if (ch == '\r')
                 c->state = CH_SIZE_LF;
-            else if (!(ctab[ch] & C_VALUE))
-                goto fail;
-            if (++c->ext_len > CHUNK_LINE_MAX)
+            else if (!(ctab[ch] & C_VALUE) || ++c->ext_len > CHUNK_LINE_MAX)
                 goto fail;
             break;
         case CH_SIZE_LF:
@@ -976,8 +1067,15 @@ bool h1_is_hop_by_hop(const char *buf, const struct h1_field *fields, unsigned n
                       const struct h1_field *f)
 {
     static const char *const hop[] = {
-        "connection", "keep-alive",         "proxy-connection",    "te",     "trailer",
-        "transfer-encoding", "upgrade", "proxy-authenticate", "proxy-authorization",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
     };
     const char *name = buf + f->name.off;
 
@@ -989,95 +1087,6 @@ bool h1_is_hop_by_hop(const char *buf, const struct h1_field *fields, unsigned n
             list_has_n(buf + fields[i].value.off, fields[i].value.len, name, f->name.len))
             return true;
     return false;
-}
-
-/*
- * The host part and optional port of an authority into <out>; *has_port says whether a port
- * was given. See h1_authority_parse().
- */
-static int parse_authority(const char *s, size_t len, struct h1_authority *out, bool *has_port)
-{
-    size_t hl, rl, il;
-    const char *rest;
-
-    *has_port = false;
-    if (len == 0)
-        return -EINVAL;
-    out->port = 80;
-    if (s[0] == '[') {
-        const char *rb = memchr(s, ']', len);
-        struct in6_addr a6;
-
-        if (rb == NULL)
-            return -EINVAL;
-        il = (size_t)(rb - s) - 1;
-        if (il == 0 || il >= INET6_ADDRSTRLEN)
-            return -EINVAL;
-        for (size_t i = 0; i < il; i++) {
-            char c = s[1 + i];
-
-            if (!(ctab[(unsigned char)c] & C_HEX) && c != ':' && c != '.')
-                return -EINVAL;
-            out->host[i] = lower(c);
-        }
-        out->host[il] = '\0';
-        if (inet_pton(AF_INET6, out->host, &a6) != 1)
-            return -EINVAL;
-        out->is_ip = true;
-        out->ident[0] = '[';
-        memcpy(out->ident + 1, out->host, il);
-        out->ident[il + 1] = ']';
-        hl = il + 2;
-        il += 2;
-    } else {
-        const char *colon = memchr(s, ':', len);
-        struct in_addr a4;
-        bool dot = true; /* a leading dot is an empty label */
-
-        hl = colon != NULL ? (size_t)(colon - s) : len;
-        il = hl;
-        if (il > 0 && s[il - 1] == '.')
-            il--;
-        if (il == 0 || il > 253)
-            return -EINVAL;
-        for (size_t i = 0; i < il; i++) {
-            char c = s[i];
-
-            if (!(ctab[(unsigned char)c] & C_HOST))
-                return -EINVAL;
-            if (c == '.' && dot)
-                return -EINVAL;
-            dot = c == '.';
-            out->host[i] = lower(c);
-        }
-        if (dot)
-            return -EINVAL;
-        out->host[il] = '\0';
-        out->is_ip = inet_aton(out->host, &a4) != 0;
-        memcpy(out->ident, out->host, il);
-    }
-    out->ident[il] = '\0';
-
-    rest = s + hl;
-    rl = len - hl;
-    if (rl > 0) {
-        unsigned port = 0;
-
-        if (rest[0] != ':' || rl < 2 || rl > 6)
-            return -EINVAL;
-        for (size_t i = 1; i < rl; i++) {
-            if (!is_digit(rest[i]))
-                return -EINVAL;
-            port = port * 10 + (unsigned)(rest[i] - '0');
-        }
-        if (port == 0 || port > 65535)
-            return -EINVAL;
-        out->port = (uint16_t)port;
-        memcpy(out->ident + il, rest, rl);
-        out->ident[il + rl] = '\0';
-        *has_port = true;
-    }
-    return 0;
 }
 
 int h1_authority_parse(const char *s, size_t len, struct h1_authority *out)

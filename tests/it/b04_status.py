@@ -37,13 +37,6 @@ class Status(H.CPTestCase):
         self.assertStatus(r, 404)
         self.assertBody(r, p)
 
-    def test_404_then_200_same_connection(self):
-        c = self.check(404, 10)
-        c.request("/b04/ok/size/20")
-        r = c.read_response()
-        self.assertStatus(r, 200)
-        self.assertBody(r, "/b04/ok/size/20")
-
 
 if __name__ == "__main__":
     raise SystemExit(H.main())

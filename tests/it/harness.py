@@ -890,6 +890,7 @@ class Daemon:
             self.port = int(m.group(1)) if m else port
             self.logf = open(self.log_path, "ab")
             env = dict(os.environ)
+            env.pop("NOTIFY_SOCKET", None)
             env.update(self.env or {})
             self.proc = subprocess.Popen([self.binary, "-c", self.ini], stdin=subprocess.DEVNULL,
                                          stdout=self.logf, stderr=subprocess.STDOUT, env=env)

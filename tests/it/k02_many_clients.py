@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""k02: 500 concurrent keep-alive clients each downloading a few objects; every byte verified."""
+
+import harness as H
+
+CLIENTS = 500
+
+
+class ManyClients(H.CPTestCase):
+    def test_500_concurrent_keepalive_clients(self):
+        self.setup_proxy({"server": {"max_connections": "600"},
+                          "upstream": {"max_per_origin": "32", "keepalive": "32"}})
+        sizes = [1024, 16 * 1024, 100 * 1024 + 7]
+        plans = [["/k02/c%d/o%d/size/%d" % (i, j, sizes[(i + j) % 3]) for j in range(3)]
+                 for i in range(CLIENTS)]
+        res = H.run_many(self.daemon.port, plans, timeout=120)
+        self.assertEqual(res["errors"][:10], [], "%d errors" % len(res["errors"]))
+        self.assertEqual(res["ok"], CLIENTS * 3)
+        self.assertEqual(self.origin.request_count(), CLIENTS * 3)
+        self.assertLessEqual(self.origin.peak_open, 32,
+                             "more concurrent origin connections than max_per_origin")
+        # still serving afterwards
+        r = self.get("/k02/after/size/10")
+        self.assertBody(r, "/k02/after/size/10")
+
+    def test_shared_objects_concurrently(self):
+        # many clients asking for the same few objects at once
+        self.setup_proxy({"server": {"max_connections": "300"},
+                          "upstream": {"max_per_origin": "16", "keepalive": "16"}})
+        plans = [["/k02/shared/o%d/size/%d" % (j, 200000 + j) for j in range(2)]
+                 for _ in range(200)]
+        res = H.run_many(self.daemon.port, plans, timeout=120)
+        self.assertEqual(res["errors"][:10], [], "%d errors" % len(res["errors"]))
+        self.assertEqual(res["ok"], 400)
+
+
+if __name__ == "__main__":
+    raise SystemExit(H.main())
