@@ -12,7 +12,7 @@ import sys
 
 PHASE_ORDER = {"cold": 0, "warm": 1}
 TARGET_NOTES = {
-    "origin": "ceiling: origin served directly",
+    "origin": "ceiling: origin served directly (own core)",
     "nginx-static": "ceiling: nginx, static files in page cache",
 }
 
@@ -99,8 +99,8 @@ def main():
 
     header = ["target", "scenario", "phase", "MB/s", "vs ceiling", "TTFB p50 / p99 ms",
               "upstream / distinct", "upstream req", "failed", "proxy CPU s", "peak RSS MiB",
-              "Little L/N", "notes"]
-    align = ["l", "l", "l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l"]
+              "busy % load/proxy", "Little L/N", "notes"]
+    align = ["l", "l", "l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l"]
     rows = []
     errors = []
     order = {"big": 0, "chunks": 1, "ranges": 2}
@@ -135,8 +135,13 @@ def main():
                 notes.append("Little's law off by >10%, unexplained")
         else:
             little = "{:.2f}".format(ll)
-        if d.get("lg_saturated") == "1":
-            notes.append("loadgen CPU-bound: lower bound")
+        lbusy, pbusy = d.get("load_core_busy", "-"), d.get("proxy_core_busy", "-")
+        if d.get("lg_saturated") == "1" or (lbusy.isdigit() and int(lbusy) >= 90
+                                             and not (pbusy.isdigit() and int(pbusy) >= 90)):
+            notes.append("load core saturated: lower bound")
+        other, secs = num(d, "other_cpu_s", 0), num(d, "secs", 0)
+        if secs > 0 and other > 0.2 * secs:
+            notes.append("other processes used %.1f CPU s" % other)
         if d.get("verify") == "sample":
             notes.append("bodies sample-verified")
         if d.get("deadline_hit") == "1":
@@ -154,11 +159,11 @@ def main():
             ttfb = "{:.0f} / {:.0f}".format(p50, p99)
         is_proxy = True
         rows.append([target, sc, ph, fmt_mbps(mbps), of, ttfb, ratio,
-                     d.get("up_reqs", "-"),
+                     d.get("up_reqs", "-") if target != "origin" else "-",
                      "%s/%s" % (failed, d.get("requests", "?")),
                      d.get("proxy_cpu_s", "-") if is_proxy else "-",
                      d.get("proxy_rss_mib", "-") if is_proxy else "-",
-                     little, "; ".join(notes)])
+                     "%s/%s" % (lbusy, pbusy), little, "; ".join(notes)])
     if rows:
         table(rows, header, align)
     for d in skipped:

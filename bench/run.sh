@@ -50,11 +50,11 @@ case "$MODE" in
 full)
     : "${CLIENTS:=50}"; BIG=256M; NCHUNKS=128; CHUNK=1M; ARCHIVE=256M; PHASE_T=180
     : "${ORIGIN_DELAY:=50ms}"; : "${ORIGIN_RATE:=100M}"
-    : "${TARGETS:=origin nginx-static cacheparty nginx varnish}" ;;
+    : "${TARGETS:=origin nginx-static cacheparty nginx varnish trafficserver}" ;;
 quick)
     : "${CLIENTS:=10}"; BIG=64M; NCHUNKS=32; CHUNK=1M; ARCHIVE=64M; PHASE_T=120
     : "${ORIGIN_DELAY:=50ms}"; : "${ORIGIN_RATE:=100M}"
-    : "${TARGETS:=origin nginx-static cacheparty nginx varnish}" ;;
+    : "${TARGETS:=origin nginx-static cacheparty nginx varnish trafficserver}" ;;
 smoke)
     : "${CLIENTS:=3}"; BIG=4M; NCHUNKS=8; CHUNK=256K; ARCHIVE=8M; PHASE_T=20
     : "${ORIGIN_DELAY:=2ms}"; : "${ORIGIN_RATE:=0}"
@@ -174,10 +174,12 @@ need_pkg() { # $1 = binary, $2 = Debian package
 
 HAVE_NGINX=0
 HAVE_VARNISH=0
+HAVE_ATS=0
 for t in $TARGETS; do
     case "$t" in
     nginx | nginx-static) [ "$HAVE_NGINX" = 1 ] || { need_pkg /usr/sbin/nginx nginx && HAVE_NGINX=1; } || true ;;
     varnish) need_pkg /usr/sbin/varnishd varnish && HAVE_VARNISH=1 || true ;;
+    trafficserver) need_pkg /usr/bin/traffic_server trafficserver && HAVE_ATS=1 || true ;;
     esac
 done
 
@@ -237,6 +239,32 @@ tree_hwm_kb() {
         total=$((total + ${v:-0}))
     done
     echo "$total"
+}
+
+# Busy share of a CPU list between two /proc/stat snapshots (user+nice+system+irq+softirq+steal
+# over all but iowait... i.e. 1 - (idle+iowait)/total), in percent.
+stat_snapshot() { grep -E '^cpu[0-9]+ ' /proc/stat; }
+cpus_busy() { # $1 = cpu list "0,2-3", $2 = before file, $3 = after file
+    awk -v list="$1" '
+        BEGIN {
+            n = split(list, parts, ",")
+            for (i = 1; i <= n; i++) {
+                if (split(parts[i], r, "-") == 2) { for (c = r[1]; c <= r[2]; c++) want["cpu" c] = 1 }
+                else want["cpu" parts[i]] = 1
+            }
+        }
+        want[$1] {
+            t = 0; for (i = 2; i <= NF; i++) t += $i
+            idle = $5 + $6
+            if (FNR == NR) { t0[$1] = t; i0[$1] = idle } else { dt += t - t0[$1]; di += idle - i0[$1] }
+        }
+        END { if (dt > 0) printf "%.0f", 100 * (dt - di) / dt; else printf "-" }' "$2" "$3"
+}
+
+# Busy ticks of all CPUs between two snapshots.
+all_busy_ticks() {
+    awk '{ t = 0; for (i = 2; i <= NF; i++) t += $i; b = t - $5 - $6
+           if (FNR == NR) b0 += b; else b1 += b } END { print b1 - b0 }' "$1" "$2"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -303,12 +331,53 @@ start_varnish() {
     TPID=$!
     PIDS+=("$TPID")
 }
-start_origin-direct() {
-    TDIR="$WORK/origin"
-    TPORT=$ORIGIN_PORT
-    TPID=$ORIGIN_PID
+start_trafficserver() {
+    if [ -z "$TDIR" ]; then
+        TDIR="$WORK/trafficserver"
+        mkdir -p "$TDIR/etc" "$TDIR/cache" "$TDIR/run" "$TDIR/log" "$TDIR/var"
+        cp -r /etc/trafficserver/. "$TDIR/etc/"
+        local f uid="#-1" # as root: keep running as root inside the private runroot
+        [ "$(id -u)" = 0 ] || uid="#$(id -u)"
+        for f in records.config remap.config storage.config plugin.config; do
+            sed -e "s|@WORK@|$TDIR|g" -e "s|@PORT@|$TPORT_NEXT|g" -e "s|@DNS_PORT@|$DNS_PORT|g" \
+                -e "s|@HOST@|$HOST_HDR|g" -e "s|@USER_ID@|$uid|g" \
+                "$CONF/trafficserver/$f.in" >"$TDIR/etc/$f"
+        done
+        cp "$CONF/trafficserver/cache_status.conf" "$TDIR/etc/"
+        {
+            echo "prefix: /usr"
+            echo "exec_prefix: /usr"
+            echo "bindir: /usr/bin"
+            echo "sbindir: /usr/sbin"
+            echo "sysconfdir: $TDIR/etc"
+            echo "datadir: /usr/share/trafficserver"
+            echo "includedir: /usr/include"
+            echo "libdir: /usr/lib/trafficserver"
+            echo "libexecdir: /usr/lib/trafficserver/modules"
+            echo "localstatedir: $TDIR/var"
+            echo "runtimedir: $TDIR/run"
+            echo "logdir: $TDIR/log"
+            echo "cachedir: $TDIR/cache"
+        } >"$TDIR/runroot.yaml"
+        TPORT=$TPORT_NEXT
+    fi
+    "${PIN_PROXY[@]}" /usr/bin/traffic_server --run-root="$TDIR/runroot.yaml" \
+        >>"$TDIR/stderr.log" 2>&1 &
+    TPID=$!
+    PIDS+=("$TPID")
 }
-
+start_origin-direct() {
+    # A second origin with the same delay and rate, pinned where a proxy would run, so the
+    # ceiling row gets a core of its own as every proxy does.
+    TDIR="$WORK/origin-direct"
+    mkdir -p "$TDIR"
+    "${PIN_PROXY[@]}" "$BENCH_BIN/origin" -d "$ORIGIN_DELAY" -r "$ORIGIN_RATE" -P "$TDIR/port" \
+        -t 7200 2>>"$TDIR/origin.log" &
+    TPID=$!
+    PIDS+=("$TPID")
+    wait_file "$TDIR/port" || return 1
+    TPORT=$(cat "$TDIR/port")
+}
 start_target() { # $1 = name
     case "$1" in
     origin) start_origin-direct ;;
@@ -316,6 +385,7 @@ start_target() { # $1 = name
     nginx) start_nginx ;;
     nginx-static) start_nginx-static ;;
     varnish) start_varnish ;;
+    trafficserver) TPORT_NEXT=$(free_port); start_trafficserver ;;
     *) log "run.sh: unknown target $1"; return 1 ;;
     esac || return 1
     if ! wait_port "$TPORT" "$TPID"; then
@@ -325,7 +395,6 @@ start_target() { # $1 = name
     fi
 }
 stop_target() { # $1 = name
-    [ "$1" = origin ] && return 0
     stop_pid "$TPID"
 }
 
@@ -339,11 +408,16 @@ run_phase() { # $1 = target, $2 = scenario, $3 = phase
     up_b0=$(origin_stat body_bytes)
     up_r0=$(origin_stat requests)
     cpu0=$(tree_cpu_ticks "$TPID")
+    local ours0 ours1
+    ours0=$(($(tree_cpu_ticks "$ORIGIN_PID") + $(tree_cpu_ticks "$DNS_PID")))
     tree_reset_hwm "$TPID"
+    stat_snapshot >"$WORK/stat0"
     line=$("${PIN_LOAD[@]}" "$BENCH_BIN/loadgen" -a "127.0.0.1:$TPORT" -H "$HOST_HDR" -s "$sc" \
         -c "$CLIENTS" -n "$target" -p "$ph" -B "$BIG" -k "$NCHUNKS" -K "$CHUNK" -A "$ARCHIVE" \
         -v "$verify" -T "$PHASE_T" 2>>"$WORK/loadgen.log") || rc=$?
+    stat_snapshot >"$WORK/stat1"
     cpu1=$(tree_cpu_ticks "$TPID")
+    ours1=$(($(tree_cpu_ticks "$ORIGIN_PID") + $(tree_cpu_ticks "$DNS_PID")))
     hwm=$(tree_hwm_kb "$TPID")
     up_b1=$(origin_stat body_bytes)
     up_r1=$(origin_stat requests)
@@ -356,6 +430,16 @@ run_phase() { # $1 = target, $2 = scenario, $3 = phase
     line="$line up_bytes=$((up_b1 - up_b0)) up_reqs=$((up_r1 - up_r0))"
     line="$line proxy_cpu_s=$(awk -v t=$((cpu1 - cpu0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')"
     line="$line proxy_rss_mib=$((hwm / 1024))"
+    if [ "$NCPU" -ge 2 ]; then
+        line="$line load_core_busy=$(cpus_busy "$LOAD_CPUS" "$WORK/stat0" "$WORK/stat1")"
+        line="$line proxy_core_busy=$(cpus_busy "$PROXY_CPUS" "$WORK/stat0" "$WORK/stat1")"
+    fi
+    # CPU time spent by everything else on the machine (other users, kernel threads) in the phase.
+    local lg_ticks
+    lg_ticks=$(echo "$line" | tr ' ' '\n' | awk -F= -v h="$CLK_TCK" '$1 == "lg_cpu_s" { printf "%d", $2 * h }')
+    line="$line other_cpu_s=$(awk -v a="$(all_busy_ticks "$WORK/stat0" "$WORK/stat1")" \
+        -v b=$((cpu1 - cpu0 + ours1 - ours0 + ${lg_ticks:-0})) -v h="$CLK_TCK" \
+        'BEGIN { v = (a - b) / h; if (v < 0) v = 0; printf "%.2f", v }')"
     echo "$line" >>"$RESULTS"
     log "  $(printf '%-12s %-6s %-4s' "$target" "$sc" "$ph") $(echo "$line" |
         tr ' ' '\n' | grep -E '^(mbps|ttfb_p50_ms|ttfb_p99_ms|failed|up_bytes|little_ratio)=' |
@@ -385,6 +469,7 @@ DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
     echo "# origin: first-byte delay $ORIGIN_DELAY, rate $ORIGIN_RATE B/s per response; objects: big $BIG, chunks $NCHUNKS x $CHUNK, ranges archive $ARCHIVE"
     [ "$HAVE_NGINX" = 1 ] && echo "# nginx: $(/usr/sbin/nginx -v 2>&1 | sed 's/.*: //')"
     [ "$HAVE_VARNISH" = 1 ] && echo "# varnish: $(/usr/sbin/varnishd -V 2>&1 | head -1 | sed 's/ revision.*//')"
+    [ "$HAVE_ATS" = 1 ] && echo "# trafficserver: $(dpkg-query -W -f='${Version}' trafficserver 2>/dev/null)"
     echo "# cacheparty: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo 'no commit yet')"
 } >>"$RESULTS"
 log "run.sh: $MODE run, $CLIENTS clients, scenarios: $SCENARIOS; targets: $TARGETS"
@@ -410,6 +495,7 @@ for target in $TARGETS; do
     case "$target" in
     nginx | nginx-static) [ "$HAVE_NGINX" = 1 ] || { echo "skipped target=$target reason=\"nginx not installed\"" >>"$RESULTS"; continue; } ;;
     varnish) [ "$HAVE_VARNISH" = 1 ] || { echo "skipped target=$target reason=\"varnish not installed\"" >>"$RESULTS"; continue; } ;;
+    trafficserver) [ "$HAVE_ATS" = 1 ] || { echo "skipped target=$target reason=\"trafficserver not installed\"" >>"$RESULTS"; continue; } ;;
     esac
     TDIR=
     if ! start_target "$target"; then
@@ -434,7 +520,7 @@ for target in $TARGETS; do
         esac
     done
     case "$target" in
-    cacheparty | nginx | varnish)
+    cacheparty | nginx | varnish | trafficserver)
         if [ "$MODE" != smoke ] && [ "$PHASE_DEADLINE" = 0 ] && [[ " $SCENARIOS " == *" chunks "* ]]; then
             measure_restart "$target"
         fi ;;

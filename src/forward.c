@@ -34,16 +34,15 @@ static void puts_(struct out *o, const char *s)
 
 __attribute__((format(printf, 2, 3))) static void putf(struct out *o, const char *fmt, ...)
 {
-    if (o->over)
-        return;
+    char tmp[512]; /* formatted pieces are short: numbers, a hostname, a reason phrase */
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= o->cap - o->len)
+    if (n < 0 || (size_t)n >= sizeof(tmp))
         o->over = true;
     else
-        o->len += (size_t)n;
+        put(o, tmp, (size_t)n);
 }
 
 static void put_field(struct out *o, const char *buf, const struct h1_field *f)

@@ -193,7 +193,7 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
     struct resolver_query *q = e->waiters;
     struct resolver *r = q ? q->r : NULL;
     uint64_t now = util_now_ms();
-    int ttl_ms = RESOLVER_MAX_TTL_MS;
+    int64_t ttl_ms = RESOLVER_MAX_TTL_MS;
 
     e->n = 0;
     e->err = 0;
@@ -207,8 +207,8 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
                 memset(&e->addrs[e->n], 0, sizeof(e->addrs[e->n]));
                 memcpy(&e->addrs[e->n], nd->ai_addr, nd->ai_addrlen);
                 e->n++;
-                if (nd->ai_ttl >= 0 && nd->ai_ttl * 1000 < ttl_ms)
-                    ttl_ms = nd->ai_ttl * 1000;
+                if (nd->ai_ttl >= 0 && (int64_t)nd->ai_ttl * 1000 < ttl_ms)
+                    ttl_ms = (int64_t)nd->ai_ttl * 1000;
             }
         }
         if (e->n == 0)

@@ -318,9 +318,12 @@ void upool_release(struct origin *o, int fd)
             close(fd);
         }
     }
-    struct upool_wait *w = o->waiters;
-    if (w != NULL && o->busy <= g_cfg->max_per_origin) {
-        /* The slot moves to the first waiter; busy stays the same. */
+    /* The released slot moves to the first waiter (busy unchanged); if a reload raised
+     * max_per_origin, further waiters get the slots now free. */
+    bool moved = false;
+    struct upool_wait *w;
+    while ((w = o->waiters) != NULL && (!moved ? o->busy <= g_cfg->max_per_origin
+                                               : o->busy < g_cfg->max_per_origin)) {
         o->waiters = w->next;
         if (o->waiters != NULL)
             o->waiters->pprev = &o->waiters;
@@ -331,6 +334,11 @@ void upool_release(struct origin *o, int fd)
         w->pprev = p->gtail;
         *p->gtail = w;
         p->gtail = &w->next;
+        if (moved)
+            o->busy++;
+        moved = true;
+    }
+    if (moved) {
         ev_timer_start(p->loop, &p->defer);
         return;
     }

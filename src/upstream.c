@@ -85,6 +85,7 @@ struct upstream {
     ev_io io;
     ev_timer timer;
     enum up_err pending_err; /* failure to report from the timer (no synchronous callbacks) */
+    ev_tstamp first_byte_deadline; /* from upstream_start: slot wait + connect + response head */
     struct buf out;         /* owns: the request head */
     size_t out_sent;
     struct buf in;          /* owns: response bytes */
@@ -123,6 +124,15 @@ static void up_timer(struct upstream *up, uint64_t ms)
         ev_timer_set(&up->timer, (double)ms / 1000.0, 0.);
         ev_timer_start(up->loop, &up->timer);
     }
+}
+
+/* Arms the first-byte timeout for what remains of it since upstream_start(). */
+static void up_timer_first_byte(struct upstream *up)
+{
+    ev_tstamp left = up->first_byte_deadline - ev_now(up->loop);
+    ev_timer_stop(up->loop, &up->timer);
+    ev_timer_set(&up->timer, left > 0 ? left : 0., 0.);
+    ev_timer_start(up->loop, &up->timer);
 }
 
 static void update_io(struct upstream *up)
@@ -241,7 +251,7 @@ static void up_connect(struct upstream *up)
     g_stats.upstream_conn_new++;
     if (connect(fd, (struct sockaddr *)&up->addr, alen) == 0) {
         up_set_state(up, UP_S_SENDING);
-        up_timer(up, g_cfg->first_byte_timeout_ms);
+        up_timer_first_byte(up);
     } else if (errno == EINPROGRESS) {
         up_set_state(up, UP_S_CONNECTING);
         up_timer(up, g_cfg->connect_timeout_ms);
@@ -267,7 +277,7 @@ static void up_begin(struct upstream *up)
         up->got_bytes = false;
         g_stats.upstream_conn_reused++;
         up_set_state(up, UP_S_SENDING);
-        up_timer(up, g_cfg->first_byte_timeout_ms);
+        up_timer_first_byte(up);
         update_io(up);
         return;
     }
@@ -476,7 +486,7 @@ static void on_up_io(struct ev_loop *loop, ev_io *w, int revents)
             return;
         }
         up_set_state(up, UP_S_SENDING);
-        up_timer(up, g_cfg->first_byte_timeout_ms);
+        up_timer_first_byte(up);
     }
     if (up->state == UP_S_SENDING && (revents & EV_WRITE)) {
         while (up->out_sent < buf_len(&up->out)) {
@@ -558,6 +568,7 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     buf_alloc(&up->in, UP_INBUF);
     ev_init(&up->io, on_up_io);
     ev_init(&up->timer, on_up_timer);
+    up->first_byte_deadline = ev_now(loop) + (double)g_cfg->first_byte_timeout_ms / 1000.0;
     up_live++;
     up->origin = upool_origin(pool, &up->addr);
     if (upool_slot_try(up->origin)) {
@@ -566,7 +577,7 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     } else {
         g_stats.upstream_queued++;
         upool_wait(up->origin, &up->wait, on_slot);
-        up_timer(up, g_cfg->first_byte_timeout_ms);
+        up_timer_first_byte(up);
     }
     return up;
 }

@@ -1474,124 +1474,134 @@ def server_side_closed(server_port, client_port):
 # --------------------------------------------------------------------------------------------
 # Many concurrent keep-alive clients in one selector loop
 # --------------------------------------------------------------------------------------------
-def run_many(port, plans, host=DEFAULT_HOST, timeout=60.0, connect_batch=64):
-    """plans: one list of targets per client connection; each connection sends its requests one
-    after the other (keep-alive) and checks every body against content(). Returns a dict with
-    'ok' (responses verified), 'errors' (list of strings), 'connections'."""
+def run_many(port, plans, host=DEFAULT_HOST, timeout=60.0, connect_batch=64, on_connected=None):
+    """plans: one list of targets per client connection. All connections are established first
+    (then on_connected() is called, e.g. to look at the daemon), then each sends its requests one
+    after the other (keep-alive) and checks every body against content(); connections stay open
+    until every client is done. Returns {'ok': verified responses, 'errors': [str],
+    'connections': established}."""
     sel = selectors.DefaultSelector()
-    states = []
     errors = []
     ok = 0
     deadline = time.monotonic() + timeout * SLOW
+    states = []
+
+    def drop(st, why):
+        errors.append("client %d: %s" % (st["i"], why))
+        st["done"] = True
+        try:
+            sel.unregister(st["sock"])
+        except (KeyError, ValueError):
+            pass
+
+    # phase 1: connect everyone (in batches, so the listen backlog never overflows)
     pending = list(range(len(plans)))
-    active = 0
+    connecting = 0
+    while (pending or connecting) and time.monotonic() < deadline:
+        while pending and connecting < connect_batch:
+            i = pending.pop(0)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            st = {"i": i, "sock": s, "next": 0, "parser": ResponseParser(), "out": b"",
+                  "done": False, "connected": False}
+            states.append(st)
+            rc = s.connect_ex(("127.0.0.1", port))
+            if rc not in (0, errno.EINPROGRESS):
+                errors.append("client %d: connect: %s" % (i, os.strerror(rc)))
+                st["done"] = True
+                continue
+            sel.register(s, selectors.EVENT_WRITE, st)
+            connecting += 1
+        for key, _ in sel.select(timeout=0.5):
+            st = key.data
+            connecting -= 1
+            err = st["sock"].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                drop(st, "connect: %s" % os.strerror(err))
+            else:
+                st["connected"] = True
+                sel.unregister(st["sock"])
+    live = [st for st in states if st["connected"] and not st["done"]]
+    if on_connected is not None:
+        on_connected(len(live))
 
-    def open_conn(i):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setblocking(False)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rc = s.connect_ex(("127.0.0.1", port))
-        if rc not in (0, errno.EINPROGRESS):
-            errors.append("client %d: connect: %s" % (i, os.strerror(rc)))
-            s.close()
-            return None
-        st = {"i": i, "sock": s, "next": 0, "parser": ResponseParser(), "out": b"",
-              "connected": False}
-        sel.register(s, selectors.EVENT_WRITE, st)
-        return st
-
+    # phase 2: requests
     def queue_next(st):
         t = plans[st["i"]][st["next"]]
         st["parser"].expect("GET")
         st["out"] = build_request("GET", t, host)
 
-    while (pending or active) and time.monotonic() < deadline:
-        for _ in range(min(connect_batch, len(pending))):
-            i = pending.pop(0)
-            st = open_conn(i)
-            if st is not None:
-                states.append(st)
-                active += 1
-        events = sel.select(timeout=0.5)
-        for key, mask in events:
+    for st in live:
+        queue_next(st)
+        sel.register(st["sock"], selectors.EVENT_WRITE, st)
+    active = len(live)
+    while active and time.monotonic() < deadline:
+        for key, mask in sel.select(timeout=0.5):
             st = key.data
             s = st["sock"]
-            if not st["connected"] and mask & selectors.EVENT_WRITE:
-                err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    errors.append("client %d: connect: %s" % (st["i"], os.strerror(err)))
-                    sel.unregister(s)
-                    s.close()
-                    active -= 1
-                    continue
-                st["connected"] = True
-                queue_next(st)
             if st["out"] and mask & selectors.EVENT_WRITE:
                 try:
                     n = s.send(st["out"])
                     st["out"] = st["out"][n:]
                 except BlockingIOError:
-                    pass
+                    continue
                 except OSError as e:
-                    errors.append("client %d: send: %s" % (st["i"], e))
-                    sel.unregister(s)
-                    s.close()
+                    drop(st, "send: %s" % e)
                     active -= 1
                     continue
                 if not st["out"]:
                     sel.modify(s, selectors.EVENT_READ, st)
                 continue
-            if mask & selectors.EVENT_READ:
-                try:
-                    d = s.recv(256 * KIB)
-                except BlockingIOError:
-                    continue
-                except OSError as e:
-                    d = None
-                    errors.append("client %d: recv: %s (request %d)" % (st["i"], e, st["next"]))
-                if d == b"":
-                    errors.append("client %d: closed by peer before response %d"
-                                  % (st["i"], st["next"]))
-                if not d:
+            if not mask & selectors.EVENT_READ:
+                continue
+            try:
+                d = s.recv(256 * KIB)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                drop(st, "recv: %s (request %d)" % (e, st["next"]))
+                active -= 1
+                continue
+            if not d:
+                drop(st, "closed by peer before response %d" % st["next"])
+                active -= 1
+                continue
+            try:
+                rs = st["parser"].feed(d)
+            except ProtocolError as e:
+                drop(st, str(e))
+                active -= 1
+                continue
+            for r in rs:
+                t = plans[st["i"]][st["next"]]
+                m = SIZE_RE.search(path_of(t))
+                want = content(t, 0, int(m.group(1))) if m else None
+                if r.status != 200:
+                    errors.append("client %d %s: status %d" % (st["i"], t, r.status))
+                elif want is not None and bytes(r.body) != want:
+                    errors.append("client %d %s: body differs at %s (len %d, want %d)"
+                                  % (st["i"], t, first_mismatch(bytes(r.body), want),
+                                     len(r.body), len(want)))
+                else:
+                    ok += 1
+                st["next"] += 1
+            if rs:
+                if st["next"] >= len(plans[st["i"]]):
+                    st["done"] = True
                     sel.unregister(s)
-                    s.close()
                     active -= 1
-                    continue
-                try:
-                    rs = st["parser"].feed(d)
-                except ProtocolError as e:
-                    errors.append("client %d: %s" % (st["i"], e))
-                    sel.unregister(s)
-                    s.close()
-                    active -= 1
-                    continue
-                for r in rs:
-                    t = plans[st["i"]][st["next"]]
-                    m = SIZE_RE.search(path_of(t))
-                    want = content(t, 0, int(m.group(1))) if m else None
-                    if r.status != 200:
-                        errors.append("client %d %s: status %d" % (st["i"], t, r.status))
-                    elif want is not None and bytes(r.body) != want:
-                        errors.append("client %d %s: body differs at %s (len %d, want %d)"
-                                      % (st["i"], t, first_mismatch(bytes(r.body), want),
-                                         len(r.body), len(want)))
-                    else:
-                        ok += 1
-                    st["next"] += 1
-                if rs:
-                    if st["next"] >= len(plans[st["i"]]):
-                        sel.unregister(s)
-                        s.close()
-                        active -= 1
-                    else:
-                        queue_next(st)
-                        sel.modify(s, selectors.EVENT_WRITE, st)
-    for key in list(sel.get_map().values()):
-        st = key.data
-        errors.append("client %d: unfinished at request %d (timeout)" % (st["i"], st["next"]))
-        key.fileobj.close()
+                else:
+                    queue_next(st)
+                    sel.modify(s, selectors.EVENT_WRITE, st)
+    for st in states:
+        if not st["done"] and st["connected"]:
+            errors.append("client %d: unfinished at request %d (timeout)" % (st["i"], st["next"]))
+        if not st["connected"] and not st["done"]:
+            errors.append("client %d: connect timed out" % st["i"])
+        st["sock"].close()
     sel.close()
-    return {"ok": ok, "errors": errors, "connections": len(states)}
+    return {"ok": ok, "errors": errors, "connections": len(live)}
 
 
 # --------------------------------------------------------------------------------------------

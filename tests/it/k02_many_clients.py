@@ -13,7 +13,14 @@ class ManyClients(H.CPTestCase):
         sizes = [1024, 16 * 1024, 100 * 1024 + 7]
         plans = [["/k02/c%d/o%d/size/%d" % (i, j, sizes[(i + j) % 3]) for j in range(3)]
                  for i in range(CLIENTS)]
-        res = H.run_many(self.daemon.port, plans, timeout=120)
+        base = self.daemon.fd_count()
+
+        def all_connected(n):
+            # the daemon holds every connection at once (each is one fd)
+            self.assertEqual(n, CLIENTS)
+            H.wait_until(lambda: self.daemon.fd_count() >= base + CLIENTS, 20 * H.SLOW, 0.05,
+                         "the daemon to accept %d connections" % CLIENTS)
+        res = H.run_many(self.daemon.port, plans, timeout=120, on_connected=all_connected)
         self.assertEqual(res["errors"][:10], [], "%d errors" % len(res["errors"]))
         self.assertEqual(res["ok"], CLIENTS * 3)
         self.assertEqual(self.origin.request_count(), CLIENTS * 3)
