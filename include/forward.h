@@ -56,6 +56,9 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
 size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
                           const char *extra, char *out, size_t cap);
 
+/* The body length fwd_local_response() writes for <status>. */
+size_t fwd_local_body_len(int status, bool head_req);
+
 /* True if an X-LanCache-Processed-By field of <req> lists <hostname> (case-insensitive). */
 bool fwd_is_loop(const char *hbuf, const struct h1_req *req, const char *hostname);
 

@@ -31,6 +31,7 @@
 
 #include <ev.h>
 
+#include "access.h"
 #include "buf.h"
 #include "config.h"
 #include "forward.h"
@@ -82,6 +83,7 @@ struct conn {
     ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
     ev_tstamp last_write; /* last time the client took bytes */
     char peer[64];
+    char peer_ip[48];
     struct conn *next, **pprev; /* all live conns */
     struct conn *reap_next;
     struct conn *kick_next;
@@ -99,6 +101,9 @@ struct conn {
     bool head_req;
     bool keep_alive;          /* keep the connection after this response */
     bool bypass;
+    bool proxied;             /* went (or was going) upstream: has an identifier */
+    bool logged;              /* the access log line is written */
+    bool local_resp;          /* answered by the proxy itself (cache status "-") */
     int status;
     enum fwd_body body;       /* framing towards the client */
     uint64_t body_bytes;
@@ -169,6 +174,53 @@ static bool flush_out(struct conn *c)
     return true;
 }
 
+static struct access_str field_str(const struct conn *c, const char *name)
+{
+    struct access_str s = {NULL, 0};
+    if (c->req_head == NULL)
+        return s;
+    const struct h1_field *f = h1_find(c->req_head, c->req.fields, c->req.n_fields, name);
+    if (f != NULL) {
+        s.p = c->req_head + f->value.off;
+        s.len = f->value.len;
+    }
+    return s;
+}
+
+/* The request's access log line, once (status and bytes as far as they got). */
+static void log_access(struct conn *c)
+{
+    if (c->logged || c->status == 0)
+        return;
+    c->logged = true;
+    char reqline[H1_MAX_TARGET + 64];
+    struct access_entry e;
+    memset(&e, 0, sizeof(e));
+    e.client = (struct access_str){c->peer_ip, strlen(c->peer_ip)};
+    if (c->req_head != NULL) {
+        int n = snprintf(reqline, sizeof(reqline), "%.*s %.*s HTTP/1.%d",
+                         (int)c->req.method_s.len, c->req_head + c->req.method_s.off,
+                         (int)c->req.target.len, c->req_head + c->req.target.off,
+                         c->req.version_minor);
+        if (n > 0)
+            e.request = (struct access_str){reqline, (size_t)n < sizeof(reqline) ? (size_t)n
+                                                                                 : sizeof(reqline) - 1};
+        e.referer = field_str(c, "Referer");
+        e.user_agent = field_str(c, "User-Agent");
+        e.range = field_str(c, "Range");
+        e.host = field_str(c, "Host");
+    }
+    if (c->proxied) {
+        e.ident = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
+        e.host = e.ident;
+        if (!c->local_resp)
+            e.cache_status = "MISS"; /* lancache's column: BYPASS is logged as MISS */
+    }
+    e.status = c->status;
+    e.bytes = c->body_bytes;
+    access_log(&e, util_wall_ms());
+}
+
 /* Ends the current request's state (not the connection). */
 static void req_reset(struct conn *c)
 {
@@ -177,6 +229,9 @@ static void req_reset(struct conn *c)
     free(c->req_head);
     c->req_head = NULL;
     c->status = 0;
+    c->proxied = false;
+    c->logged = false;
+    c->local_resp = false;
     c->body_bytes = 0;
     c->body = FWD_BODY_NONE;
 }
@@ -185,6 +240,7 @@ static void req_reset(struct conn *c)
 static void response_done(struct conn *c)
 {
     count_status(c->status);
+    log_access(c);
     c->served++;
     req_reset(c);
     if (c->keep_alive && !c->draining) {
@@ -211,6 +267,8 @@ static void local_response(struct conn *c, int status, bool close_after, const c
     ASSERT(n > 0); /* a local response is small and <out> is at most half full here */
     c->out.last += n;
     c->status = status;
+    c->local_resp = true;
+    c->body_bytes = fwd_local_body_len(status, c->head_req);
     response_done(c);
 }
 
@@ -317,6 +375,7 @@ static void handle_request(struct conn *c)
         return;
     }
     c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
+    c->proxied = true;
 
     if (c->ctx->has_override) {
         start_upstream(c, &c->ctx->override_addr);
@@ -444,9 +503,11 @@ static void sink_done(void *arg, enum up_err err)
         log_info("conn#%u %s: origin failed mid-body after %llu bytes: closing", c->id, c->peer,
                  (unsigned long long)c->body_bytes);
         count_status(c->status);
+        log_access(c);
         c->keep_alive = false;
         req_reset(c);
         conn_set_state(c, CONN_S_FLUSH);
+        conn_kick(c); /* closes at once if nothing is left to write */
     }
     update_io(c);
     update_timer(c);
@@ -658,6 +719,9 @@ static void conn_close(struct conn *c)
 
 static void conn_free(struct conn *c)
 {
+    if (c->req_head != NULL && c->status == 0)
+        c->status = 499; /* nginx's "client closed request": gone before any response */
+    log_access(c);    /* a client gone mid-response still gets its line */
     req_reset(c);
     ev_io_stop(c->ctx->loop, &c->io);
     ev_timer_stop(c->ctx->loop, &c->timer);
@@ -735,10 +799,12 @@ void conn_new(struct conn_ctx *ctx, int fd, const struct sockaddr_storage *peer)
         const struct sockaddr_in *s = (const void *)peer;
         inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
         snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
+        snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
     } else if (peer->ss_family == AF_INET6) {
         const struct sockaddr_in6 *s = (const void *)peer;
         inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
         snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
+        snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
     }
     buf_alloc(&c->in, CONN_INBUF);
     c->idle_since = ev_now(ctx->loop);

@@ -174,6 +174,13 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
     return out_done(&w);
 }
 
+size_t fwd_local_body_len(int status, bool head_req)
+{
+    if (head_req || status == 204 || status == 304 || status < 200)
+        return 0;
+    return (size_t)snprintf(NULL, 0, "%d %s\n", status, h1_reason(status));
+}
+
 size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
                           const char *extra, char *out, size_t cap)
 {

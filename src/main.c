@@ -20,6 +20,7 @@
 
 #include <ev.h>
 
+#include "access.h"
 #include "config.h"
 #include "conn.h"
 #include "log.h"
@@ -43,6 +44,7 @@ static size_t n_snapshots;
 static struct conn_ctx ctx;
 static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
 static ev_timer shutdown_timer;
+static ev_prepare flush_logs; /* writes buffered access log lines once per loop iteration */
 static bool shutting_down;
 
 static void usage(FILE *fp)
@@ -224,12 +226,27 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     keep_fixed_settings(n, g_cfg);
     bool log_changed = strcmp(n->error_log ? n->error_log : "-",
                               g_cfg->error_log ? g_cfg->error_log : "-") != 0;
+    bool access_changed = strcmp(n->access_log ? n->access_log : "",
+                                 g_cfg->access_log ? g_cfg->access_log : "") != 0 ||
+                          n->access_format != g_cfg->access_format;
     publish(n);
     if (log_changed)
         log_open(n->error_log);
     else
         log_reopen();
+    if (access_changed)
+        access_open(n->access_log, n->access_format);
+    else
+        access_reopen();
     log_info("configuration reloaded from %s", n->path);
+}
+
+static void on_flush_logs(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    access_flush();
 }
 
 static void on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
@@ -238,6 +255,7 @@ static void on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
     (void)w;
     (void)revents;
     log_reopen();
+    access_reopen();
     log_info("log files reopened");
 }
 
@@ -288,8 +306,13 @@ int main(int argc, char **argv)
     if (log_open(cfg->error_log) < 0)
         fprintf(stderr, "cacheparty: cannot open error log %s, using stderr\n", cfg->error_log);
     signal(SIGPIPE, SIG_IGN);
-
     int rc = 2;
+    if (access_open(cfg->access_log, cfg->access_format) < 0) {
+        fprintf(stderr, "cacheparty: cannot open access log %s: %s\n", cfg->access_log,
+                strerror(errno));
+        goto out_cfg;
+    }
+
     struct ev_loop *loop = ev_default_loop(EVBACKEND_EPOLL);
     if (loop == NULL)
         loop = ev_default_loop(0);
@@ -324,6 +347,9 @@ int main(int argc, char **argv)
     ev_signal_start(loop, &sig_int);
     ev_signal_start(loop, &sig_hup);
     ev_signal_start(loop, &sig_usr1);
+    ev_prepare_init(&flush_logs, on_flush_logs);
+    ev_prepare_start(loop, &flush_logs);
+    ev_unref(loop);
 
     log_info("cacheparty %s started (hostname %s)", CACHEPARTY_VERSION, cfg->hostname);
     sd_notify_send("READY=1");
@@ -336,6 +362,8 @@ int main(int argc, char **argv)
     ev_signal_stop(loop, &sig_hup);
     ev_signal_stop(loop, &sig_usr1);
     ev_timer_stop(loop, &shutdown_timer);
+    ev_ref(loop);
+    ev_prepare_stop(loop, &flush_logs);
     server_stop();
 out_modules:
     conn_module_fini();
@@ -345,6 +373,7 @@ out_modules:
 out_loop:
     ev_loop_destroy(loop);
 out_cfg:
+    access_close();
     log_close();
     for (size_t i = 0; i < n_snapshots; i++)
         config_free(&snapshots[i]);

@@ -88,12 +88,16 @@ class Group:
         self.skipped = 0
         self.failures = []
         self.t0 = time.monotonic()
+        self.elapsed = None
 
-    def summary(self, extra=""):
+    def summary(self):
+        """One line; the first call (at the group's end) fixes the elapsed time."""
+        if self.elapsed is None:
+            self.elapsed = time.monotonic() - self.t0
         s = "%s: %d passed, %d failed" % (self.name, self.passed, self.failed)
         if self.skipped:
             s += ", %d skipped" % self.skipped
-        return s + "%s (%.1fs)" % (extra, time.monotonic() - self.t0)
+        return s + " (%.1fs)" % self.elapsed
 
 
 # ---- unit ----------------------------------------------------------------------------------

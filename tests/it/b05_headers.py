@@ -84,6 +84,26 @@ class Headers(H.CPTestCase):
         self.assertStatus(r, 200)
         self.assertIn(r.header("X-Upstream-Cache-Status"), ("HIT", "MISS", "BYPASS"), r.raw_head)
 
+    def test_authorization_forwarded_bypass(self):
+        r = self.get("/b05/auth/size/10", headers=[("Authorization", "Bearer t0ken"),
+                                                   ("If-None-Match", '"nope"')])
+        self.assertStatus(r, 200)
+        self.assertBody(r, "/b05/auth/size/10")
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        req = self.origin.last()
+        self.assertEqual(req.header("Authorization"), "Bearer t0ken")
+        self.assertEqual(req.header("If-None-Match"), '"nope"')
+
+    def test_conditionals_not_forwarded_without_authorization(self):
+        r = self.get("/b05/cond/size/10", headers=[("If-None-Match", '"nope"'),
+                                                   ("If-Modified-Since",
+                                                    "Sat, 01 Jan 2000 00:00:00 GMT")])
+        self.assertIn(r.status, (200, 304))
+        req = self.origin.last()
+        self.assertIsNone(req.header("If-None-Match"), req.raw)
+        self.assertIsNone(req.header("If-Modified-Since"), req.raw)
+        self.assertNotEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+
     def test_heartbeat(self):
         for host in ("game.example.test", "whatever.example"):
             r = self.get("/lancache-heartbeat", host=host)

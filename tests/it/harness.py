@@ -870,6 +870,10 @@ class Daemon:
         dns_addr = self.dns.addr if self.dns is not None else "127.0.0.1:%d" % closed_port()
         cfg = default_config(self.tmpdir, port, dns_addr, origin_addr)
         merge_config(cfg, self.overrides)
+        self.admin_port = None
+        if cfg["server"].get("admin_listen") == "auto":
+            self.admin_port = free_port()
+            cfg["server"]["admin_listen"] = "127.0.0.1:%d" % self.admin_port
         self.config = cfg
         with open(self.ini, "w") as f:
             f.write(render_ini(cfg))
@@ -1008,6 +1012,35 @@ class Daemon:
 
     def fd_count(self):
         return len(os.listdir("/proc/%d/fd" % self.pid))
+
+    def admin_get(self, target):
+        """GET <target> on the admin listener (overrides {"server": {"admin_listen": "auto"}})."""
+        if self.admin_port is None:
+            raise DaemonError("no admin listener: start with admin_listen = auto")
+        c = Client(self.admin_port)
+        try:
+            c.request(target, host="127.0.0.1")
+            return c.read_response()
+        finally:
+            c.close()
+
+    def metrics(self):
+        """/metrics parsed: {'name{labels}': float} (labels exactly as printed)."""
+        r = self.admin_get("/metrics")
+        out = {}
+        for line in bytes(r.body).decode("utf-8", "replace").splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name.strip()] = float(value)
+            except ValueError:
+                pass
+        return out
+
+    def status(self):
+        """/status as a dict."""
+        return json.loads(bytes(self.admin_get("/status").body))
 
     def access_lines(self):
         path = self.cfg("log", "access")

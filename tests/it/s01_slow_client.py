@@ -38,6 +38,8 @@ class SlowClient(H.CPTestCase):
             if H.server_side_closed(d.port, c.local_port):
                 break
             time.sleep(0.05)
+        print("    stalled client: daemon peak VmRSS %d KiB, origin sent %d body bytes"
+              % (peak, self.origin.body_bytes_sent))
         if not H.SANITIZED:
             self.assertLess(peak, RSS_LIMIT_KIB,
                             "daemon VmRSS reached %d KiB with a stalled client (origin sent %d "
