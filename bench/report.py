@@ -12,8 +12,8 @@ import sys
 
 PHASE_ORDER = {"cold": 0, "warm": 1}
 TARGET_NOTES = {
-    "origin": "ceiling: origin served directly (own core)",
-    "nginx-static": "ceiling: nginx, static files in page cache",
+    "origin": "ceiling (origin direct)",
+    "nginx-static": "ceiling (static files)",
 }
 
 
@@ -122,7 +122,7 @@ def main():
         if target == "origin":
             ratio = "-"
         if ph == "warm" and distinct and up / distinct > 0.5 and target not in TARGET_NOTES:
-            notes.append("warm phase refetched from origin: not caching")
+            notes.append("not caching")
         ll = num(d, "little_ratio")
         busy = num(d, "busy_ratio")
         if ll != ll:
@@ -132,20 +132,20 @@ def main():
                 little = "{:.2f} tail".format(ll)
             else:
                 little = "{:.2f} !".format(ll)
-                notes.append("Little's law off by >10%, unexplained")
+                notes.append("Little's law unexplained")
         else:
             little = "{:.2f}".format(ll)
         lbusy, pbusy = d.get("load_core_busy", "-"), d.get("proxy_core_busy", "-")
         if d.get("lg_saturated") == "1" or (lbusy.isdigit() and int(lbusy) >= 90
                                              and not (pbusy.isdigit() and int(pbusy) >= 90)):
-            notes.append("load core saturated: lower bound")
+            notes.append("load-bound: lower bound")
         other, secs = num(d, "other_cpu_s", 0), num(d, "secs", 0)
-        if secs > 0 and other > 0.2 * secs:
-            notes.append("other processes used %.1f CPU s" % other)
+        if other >= 0.5 and other > 0.2 * secs:
+            notes.append("others used %.1f CPU s" % other)
         if d.get("verify") == "sample":
-            notes.append("bodies sample-verified")
+            notes.append("sampled")
         if d.get("deadline_hit") == "1":
-            notes.append("phase deadline hit")
+            notes.append("deadline hit")
         failed = d.get("failed", "?")
         if failed not in ("0", "?") or d.get("error"):
             if d.get("error"):

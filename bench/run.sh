@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
 #
-# bench/run.sh: cacheparty against nginx configured like lancache monolithic and Varnish, with
-# the origin served directly (cold ceiling) and nginx serving static files (warm ceiling), all in
-# one run on loopback. See bench/README.md for the method and the meaning of every column.
+# bench/run.sh: cacheparty against nginx configured like lancache monolithic, Varnish and Apache
+# Traffic Server, with the origin served directly (cold ceiling) and nginx serving static files
+# (warm ceiling), all in one run on loopback. See bench/README.md for the method and every column.
 #
 #   bench/run.sh [-scenario big|chunks|ranges|all] [-clients N] [-targets LIST] [-quick] [-smoke]
 #   env: ORIGIN_DELAY (default 50ms), ORIGIN_RATE (bytes/s per response, default 100M),
@@ -39,6 +39,9 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown option $1" >&2; usage ;;
     esac
 done
+case "$CLIENTS" in
+'' | *[!0-9]*) [ -z "$CLIENTS" ] || { echo "run.sh: -clients takes a number" >&2; exit 2; } ;;
+esac
 case "$SCENARIO" in
 all) SCENARIOS="big chunks ranges" ;;
 big | chunks | ranges) SCENARIOS=$SCENARIO ;;
@@ -207,9 +210,12 @@ MAIN_ORIGIN_PID=$ORIGIN_PID
 MAIN_ORIGIN_PORT=$ORIGIN_PORT
 HOST_HDR="$HOSTNAME_CDN:$ORIGIN_PORT"
 
-origin_stat() { # $1 = counter name
-    curl -s --noproxy '*' --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__stats" |
-        awk -v k="$1" '$1 == k { print $2 }'
+origin_stat() { # $1 = counter name; read from the origin's /__stats (bash /dev/tcp, no curl)
+    local v
+    v=$(timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+        printf "GET /__stats HTTP/1.1\r\nHost: stats\r\nConnection: close\r\n\r\n" >&3
+        cat <&3' _ "$ORIGIN_PORT" | awk -v k="$1" '$1 == k { print $2 }') || true
+    echo "${v:-0}"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -281,7 +281,7 @@ static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
 static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
 {
     static char head[CONN_UPHEAD];
-    struct fwd_req_opts o = {g_cfg->hostname, true, c->bypass};
+    struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
     size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
     if (n == 0) {
         local_response(c, 431, true, NULL);
