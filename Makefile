@@ -10,7 +10,7 @@ PYTHON     ?= python3
 
 # Debian packages the build and the tests need; `make deps` installs the missing ones.
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
-            libc-ares-dev python3 clang-format curl
+            libc-ares-dev libxxhash-dev python3 clang-format curl valgrind
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align
@@ -27,7 +27,7 @@ SANITIZE ?=
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(WARN) $(SANITIZE) \
              -Iinclude -Isrc $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANITIZE) $(LDFLAGS)
-LIBS_ALL = -lev -lhttp_parser $(PKG_LIBS) -lm
+LIBS_ALL = -lev -lhttp_parser -lxxhash $(PKG_LIBS) -lm
 
 SRCS     := $(wildcard src/*.c)
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
