@@ -91,7 +91,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory test-bins
-	@$(MAKE) --no-print-directory check-headers
+	@$(MAKE) --no-print-directory check-headers check-format
 	BUILD=$(BUILD) $(PYTHON) tests/run_all.py
 
 asan: deps
@@ -108,6 +108,13 @@ check-headers:
 	    printf '#include "%s"\n' $$(basename $$h) > $(BUILD)/hdr/t.c; \
 	    $(CC) $(CFLAGS_ALL) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header not self-contained: $$h"; exit 1; }; \
 	done
+
+# Formatting follows the checked-in .clang-format (STYLE.md §9).
+FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c bench/*.c bench/*.h)
+check-format:
+	@clang-format --dry-run --Werror $(FORMAT_SRC) || \
+	    { echo "formatting differs from .clang-format: run clang-format -i on the files above"; exit 1; }
+	@echo "format: $(words $(FORMAT_SRC)) files clean"
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)

@@ -30,10 +30,10 @@ struct access_entry {
     struct access_str client;  /* client IP, no port */
     struct access_str request; /* "METHOD URI PROTO" */
     int status;
-    uint64_t bytes;            /* body bytes sent */
+    uint64_t bytes; /* body bytes sent */
     struct access_str referer;
     struct access_str user_agent;
-    const char *cache_status;  /* "HIT", "MISS" or NULL ("-") */
+    const char *cache_status; /* "HIT", "MISS" or NULL ("-") */
     struct access_str host;
     struct access_str range;
 };

@@ -7,7 +7,8 @@
  * Sizes take binary suffixes K M G T (1M = 1048576); durations ms s m h d (bare number = seconds),
  * stored here in milliseconds. Lists are separated by commas or spaces. IPv6 is "[addr]:port".
  * Unknown sections or keys, and bad values, are errors reported as "FILE:LINE: message".
- * Pure module: no ev.h, no sockets opened (addresses are parsed numerically, names are kept as text).
+ * Pure module: no ev.h, no sockets opened (addresses are parsed numerically, names are kept as
+ * text).
  */
 #ifndef CACHEPARTY_CONFIG_H
 #define CACHEPARTY_CONFIG_H
@@ -17,9 +18,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define CONFIG_MAX_ADDRS 16     /* per address list (listen, passthrough_listen, dns) */
-#define CONFIG_MAX_DIRS 16      /* cache dirs */
-#define CONFIG_HOST_MAX 256     /* host names, incl. NUL */
+#define CONFIG_MAX_ADDRS 16 /* per address list (listen, passthrough_listen, dns) */
+#define CONFIG_MAX_DIRS 16  /* cache dirs */
+#define CONFIG_HOST_MAX 256 /* host names, incl. NUL */
 #define CONFIG_DEFAULT_PATH SYSCONFDIR_STR "/cacheparty/cacheparty.ini"
 #ifndef SYSCONFDIR_STR
 #define SYSCONFDIR_STR "/etc"
@@ -46,8 +47,8 @@ struct config {
 
     /* [server] */
     struct cfg_addr listen[CONFIG_MAX_ADDRS];
-    size_t n_listen;            /* >= 1 */
-    bool has_admin;             /* admin_listen non-empty */
+    size_t n_listen; /* >= 1 */
+    bool has_admin;  /* admin_listen non-empty */
     struct cfg_addr admin_listen;
     char hostname[CONFIG_HOST_MAX]; /* default gethostname() */
     unsigned max_connections;       /* >= 1 */
@@ -57,7 +58,7 @@ struct config {
     uint64_t shutdown_timeout_ms;
 
     /* [upstream] */
-    bool dns_system;            /* dns = system: /etc/resolv.conf */
+    bool dns_system;                           /* dns = system: /etc/resolv.conf */
     struct cfg_hostport dns[CONFIG_MAX_ADDRS]; /* numeric hosts only; port default 53 */
     size_t n_dns;
     bool has_override;
@@ -65,38 +66,38 @@ struct config {
     uint64_t connect_timeout_ms;
     uint64_t first_byte_timeout_ms;
     uint64_t read_timeout_ms;
-    unsigned keepalive;         /* idle connections kept per origin (0 = none) */
-    unsigned max_per_origin;    /* >= 1 */
-    unsigned readahead;         /* >= 1 */
+    unsigned keepalive;      /* idle connections kept per origin (0 = none) */
+    unsigned max_per_origin; /* >= 1 */
+    unsigned readahead;      /* >= 1 */
     bool allow_private;
 
     /* [cache] */
     char *dirs[CONFIG_MAX_DIRS];
-    size_t n_dirs;              /* >= 1 */
+    size_t n_dirs; /* >= 1 */
     uint64_t disk_size;
     uint64_t min_free;
     uint64_t memory_size;
-    uint64_t chunk_size;        /* power of two, 4K .. 64M */
+    uint64_t chunk_size; /* power of two, 4K .. 64M */
     uint64_t max_age_ms;
 
     /* [domains] */
-    char *cache_domains;        /* NULL when empty */
+    char *cache_domains; /* NULL when empty */
     bool allow_unlisted;
     bool steam_user_agent;
 
     /* [tls] */
     struct cfg_addr tls_listen[CONFIG_MAX_ADDRS];
-    size_t n_tls_listen;        /* 0 = disabled */
+    size_t n_tls_listen; /* 0 = disabled */
     uint64_t handshake_timeout_ms;
     uint64_t idle_timeout_ms;
     bool has_tls_override;
     struct cfg_hostport tls_override; /* port default 443 */
-    char *tls_access;           /* NULL = off, "-" = stdout */
+    char *tls_access;                 /* NULL = off, "-" = stdout */
 
     /* [log] */
-    char *access_log;           /* NULL = off, "-" = stdout */
+    char *access_log; /* NULL = off, "-" = stdout */
     enum cfg_access_format access_format;
-    char *error_log;            /* "-" = stderr */
+    char *error_log; /* "-" = stderr */
     enum cfg_log_level level;
 };
 
@@ -119,10 +120,10 @@ void config_free(struct config **cfg);
 void config_summary(const struct config *cfg, char *buf, size_t len);
 
 /* Value parsers, exported for tests. Each returns 0 or -EINVAL (or -ERANGE on overflow). */
-int config_parse_size(const char *s, uint64_t *out);          /* "1M", "1000G", "512" */
-int config_parse_duration(const char *s, uint64_t *out_ms);   /* "10s", "250ms", "3650d", "30" */
-int config_parse_bool(const char *s, bool *out);              /* yes/no true/false on/off 1/0 */
-int config_parse_addr(const char *s, struct cfg_addr *out);   /* numeric "1.2.3.4:80", "[::1]:80" */
+int config_parse_size(const char *s, uint64_t *out);        /* "1M", "1000G", "512" */
+int config_parse_duration(const char *s, uint64_t *out_ms); /* "10s", "250ms", "3650d", "30" */
+int config_parse_bool(const char *s, bool *out);            /* yes/no true/false on/off 1/0 */
+int config_parse_addr(const char *s, struct cfg_addr *out); /* numeric "1.2.3.4:80", "[::1]:80" */
 int config_parse_hostport(const char *s, uint16_t default_port, struct cfg_hostport *out);
 
 #endif

@@ -19,14 +19,13 @@
 #include "http1.h"
 
 struct fwd_req_opts {
-    const char *hostname;     /* ours, appended to X-LanCache-Processed-By */
-    bool pass_conditionals;   /* forward If-* (uncached pass-through) */
-    bool pass_authorization;  /* forward Authorization (bypass) */
+    const char *hostname;    /* ours, appended to X-LanCache-Processed-By */
+    bool pass_conditionals;  /* forward If-* (uncached pass-through) */
+    bool pass_authorization; /* forward Authorization (bypass) */
 };
 
-size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
-                        const struct h1_authority *auth, const struct fwd_req_opts *o, char *out,
-                        size_t cap);
+size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct h1_authority *auth,
+                        const struct fwd_req_opts *o, char *out, size_t cap);
 
 enum fwd_body { FWD_BODY_NONE, FWD_BODY_LENGTH, FWD_BODY_CHUNKED, FWD_BODY_CLOSE };
 
@@ -45,8 +44,7 @@ struct fwd_resp_opts {
  * head then says Connection: close, and the caller must close), or NONE.
  */
 size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
-                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out,
-                         size_t cap);
+                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out, size_t cap);
 
 /*
  * The proxy's own response: <status>, a short text body ("<status> <reason>\n") unless

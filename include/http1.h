@@ -24,9 +24,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define H1_MAX_HEAD (32 * 1024) /* request head limit -> 431 */
-#define H1_MAX_FIELDS 100       /* header fields limit -> 431 */
-#define H1_MAX_TARGET 8192      /* request-target limit -> 414 */
+#define H1_MAX_HEAD (32 * 1024)      /* request head limit -> 431 */
+#define H1_MAX_FIELDS 100            /* header fields limit -> 431 */
+#define H1_MAX_TARGET 8192           /* request-target limit -> 414 */
 #define H1_MAX_RESP_HEAD (64 * 1024) /* upstream response head limit -> invalid */
 
 struct h1_span {
@@ -49,11 +49,11 @@ struct h1_req {
     struct h1_span path_only; /* path without the query; EMPTY MEANS "/": see h1_req_parse */
     struct h1_span authority; /* absolute-form's authority, else the Host value (not normalised) */
     bool absolute_form;
-    int version_minor;        /* 0 or 1 (major is always 1) */
-    bool keep_alive;          /* 1.1 unless "Connection: close"; 1.0 only with keep-alive */
-    bool has_body;            /* Content-Length > 0 or Transfer-Encoding present */
-    uint64_t content_length;  /* declared request body length (0 if none) */
-    bool has_te;              /* Transfer-Encoding present */
+    int version_minor;       /* 0 or 1 (major is always 1) */
+    bool keep_alive;         /* 1.1 unless "Connection: close"; 1.0 only with keep-alive */
+    bool has_body;           /* Content-Length > 0 or Transfer-Encoding present */
+    uint64_t content_length; /* declared request body length (0 if none) */
+    bool has_te;             /* Transfer-Encoding present */
     struct h1_field fields[H1_MAX_FIELDS];
     unsigned n_fields;
 };
@@ -66,12 +66,12 @@ struct h1_req {
  *           0: incomplete, read more (len < H1_MAX_HEAD and nothing invalid seen yet).
  *         < 0: minus the HTTP status to answer before closing: -400 malformed, -414 target too
  *              long, -431 head too large or too many fields, -505 version not supported.
- *              Method rules are not applied here: a valid POST parses fine (the caller answers 405),
- *              except that Transfer-Encoding or a body on GET/HEAD is -400.
- * <why>, if not NULL, receives a static short reason for the log on errors.
- * Spans cannot hold a "/" that was not sent: absolute-form without a path ("http://h",
- * "http://h?q") gives an empty <path_only> and a <path> of "" or "?q", so callers write "/" before
- * <path> whenever <path_only> is empty. CONNECT (authority-form) and OPTIONS * have empty paths.
+ *              Method rules are not applied here: a valid POST parses fine (the caller answers
+ * 405), except that Transfer-Encoding or a body on GET/HEAD is -400. <why>, if not NULL, receives a
+ * static short reason for the log on errors. Spans cannot hold a "/" that was not sent:
+ * absolute-form without a path ("http://h", "http://h?q") gives an empty <path_only> and a <path>
+ * of "" or "?q", so callers write "/" before <path> whenever <path_only> is empty. CONNECT
+ * (authority-form) and OPTIONS * have empty paths.
  */
 ssize_t h1_req_parse(const char *buf, size_t len, struct h1_req *req, const char **why);
 

@@ -62,7 +62,7 @@ struct upstream_req {
     struct sockaddr_storage addr; /* the checked origin address to connect to */
     const char *head;             /* request head bytes to send (copied) */
     size_t head_len;
-    enum h1_method method;        /* GET or HEAD: decides whether a body follows */
+    enum h1_method method; /* GET or HEAD: decides whether a body follows */
 };
 
 /* Starts the request. Never NULL. <pool> and <sink> are borrowed and must outlive it. */

@@ -80,8 +80,7 @@ static void time_str(uint64_t wall_ms, char *out, size_t cap)
     snprintf(out, cap, "%s", cached);
 }
 
-size_t access_format_cachelog(const struct access_entry *e, uint64_t wall_ms, char *out,
-                              size_t cap)
+size_t access_format_cachelog(const struct access_entry *e, uint64_t wall_ms, char *out, size_t cap)
 {
     struct w w = {out, 0, cap};
     char t[40], num[48];
@@ -193,8 +192,7 @@ int access_reopen(void)
     int fd = open_path();
     if (fd < 0) {
         int e = errno;
-        log_err("cannot reopen access log %s: %s (keeping the old file)", access_path,
-                strerror(e));
+        log_err("cannot reopen access log %s: %s (keeping the old file)", access_path, strerror(e));
         return -e;
     }
     close(access_fd);
@@ -222,8 +220,7 @@ void access_flush(void)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            log_err("access log write: %s: %zu bytes dropped", strerror(errno),
-                    access_len - off);
+            log_err("access log write: %s: %zu bytes dropped", strerror(errno), access_len - off);
             break;
         }
         off += (size_t)n;

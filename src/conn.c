@@ -91,7 +91,7 @@ struct conn {
     struct buf in;  /* owns */
     struct buf out; /* owns; allocated while a response is in progress or pending */
     bool peer_eof;
-    bool draining;  /* shutdown: close after the current response */
+    bool draining; /* shutdown: close after the current response */
     unsigned served;
 
     /* The current request. */
@@ -99,13 +99,13 @@ struct conn {
     struct h1_req req;
     struct h1_authority auth;
     bool head_req;
-    bool keep_alive;          /* keep the connection after this response */
+    bool keep_alive; /* keep the connection after this response */
     bool bypass;
-    bool proxied;             /* went (or was going) upstream: has an identifier */
-    bool logged;              /* the access log line is written */
-    bool local_resp;          /* answered by the proxy itself (cache status "-") */
+    bool proxied;    /* went (or was going) upstream: has an identifier */
+    bool logged;     /* the access log line is written */
+    bool local_resp; /* answered by the proxy itself (cache status "-") */
     int status;
-    enum fwd_body body;       /* framing towards the client */
+    enum fwd_body body; /* framing towards the client */
     uint64_t body_bytes;
     struct resolver_query *rq; /* owns while RESOLVE */
     struct upstream *up;       /* owns while UPSTREAM/STREAM */
@@ -198,13 +198,12 @@ static void log_access(struct conn *c)
     memset(&e, 0, sizeof(e));
     e.client = (struct access_str){c->peer_ip, strlen(c->peer_ip)};
     if (c->req_head != NULL) {
-        int n = snprintf(reqline, sizeof(reqline), "%.*s %.*s HTTP/1.%d",
-                         (int)c->req.method_s.len, c->req_head + c->req.method_s.off,
-                         (int)c->req.target.len, c->req_head + c->req.target.off,
-                         c->req.version_minor);
+        int n = snprintf(reqline, sizeof(reqline), "%.*s %.*s HTTP/1.%d", (int)c->req.method_s.len,
+                         c->req_head + c->req.method_s.off, (int)c->req.target.len,
+                         c->req_head + c->req.target.off, c->req.version_minor);
         if (n > 0)
-            e.request = (struct access_str){reqline, (size_t)n < sizeof(reqline) ? (size_t)n
-                                                                                 : sizeof(reqline) - 1};
+            e.request = (struct access_str){
+                reqline, (size_t)n < sizeof(reqline) ? (size_t)n : sizeof(reqline) - 1};
         e.referer = field_str(c, "Referer");
         e.user_agent = field_str(c, "User-Agent");
         e.range = field_str(c, "Range");
@@ -303,8 +302,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     CHECK_OBJ(c, CONN_MAGIC);
     c->rq = NULL;
     if (err != 0) {
-        log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host,
-                 strerror(-err));
+        log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
         local_response(c, 502, false, NULL);
     } else {
         const struct sockaddr_storage *pick = NULL;
@@ -409,8 +407,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         return;
     out_ensure(c);
     buf_compact(&c->out);
-    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS",
-                              c->req.version_minor, c->head_req, c->keep_alive && !c->draining};
+    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
+                              c->head_req, c->keep_alive && !c->draining};
     size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, buf_room(&c->out));
     if (n == 0) {
         log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
@@ -495,8 +493,8 @@ static void sink_done(void *arg, enum up_err err)
             c->keep_alive = false;
         response_done(c);
     } else if (c->state == CONN_S_UPSTREAM) {
-        int status = (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504
-                                                                                        : 502;
+        int status =
+            (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504 : 502;
         local_response(c, status, false, NULL);
     } else {
         /* Failure after the head went out: the client sees a short body, then the close. */
@@ -545,8 +543,7 @@ static bool conn_step(struct conn *c)
             return false;
         }
         if (n < 0) {
-            log_info("conn#%u %s: bad request (%d %s)", c->id, c->peer, (int)-n,
-                     why ? why : "");
+            log_info("conn#%u %s: bad request (%d %s)", c->id, c->peer, (int)-n, why ? why : "");
             g_stats.requests++;
             g_stats.client_bad_request++;
             c->head_req = false;
@@ -721,7 +718,7 @@ static void conn_free(struct conn *c)
 {
     if (c->req_head != NULL && c->status == 0)
         c->status = 499; /* nginx's "client closed request": gone before any response */
-    log_access(c);    /* a client gone mid-response still gets its line */
+    log_access(c);       /* a client gone mid-response still gets its line */
     req_reset(c);
     ev_io_stop(c->ctx->loop, &c->io);
     ev_timer_stop(c->ctx->loop, &c->timer);

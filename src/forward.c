@@ -67,9 +67,8 @@ static const char *const always_forwarded[] = {"User-Agent", "Range", "Accept"};
 static const char *const conditionals[] = {"If-Match", "If-None-Match", "If-Modified-Since",
                                            "If-Unmodified-Since", "If-Range"};
 
-size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
-                        const struct h1_authority *auth, const struct fwd_req_opts *o, char *out,
-                        size_t cap)
+size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct h1_authority *auth,
+                        const struct fwd_req_opts *o, char *out, size_t cap)
 {
     struct out w = {out, 0, cap, false};
     put(&w, hbuf + req->method_s.off, req->method_s.len);
@@ -120,8 +119,7 @@ size_t fwd_request_head(const char *hbuf, const struct h1_req *req,
 }
 
 size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
-                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out,
-                         size_t cap)
+                         const struct fwd_resp_opts *o, enum fwd_body *body, char *out, size_t cap)
 {
     struct out w = {out, 0, cap, false};
     bool keep = o->keep_alive;

@@ -49,11 +49,12 @@ static bool shutting_down;
 
 static void usage(FILE *fp)
 {
-    fprintf(fp, "usage: cacheparty [-c FILE] [-t] [-V] [-h]\n"
-                "  -c FILE  configuration file (default %s)\n"
-                "  -t       check the configuration, print a summary and exit\n"
-                "  -V       print the version and exit\n"
-                "  -h       this help\n",
+    fprintf(fp,
+            "usage: cacheparty [-c FILE] [-t] [-V] [-h]\n"
+            "  -c FILE  configuration file (default %s)\n"
+            "  -t       check the configuration, print a summary and exit\n"
+            "  -V       print the version and exit\n"
+            "  -h       this help\n",
             CONFIG_DEFAULT_PATH);
 }
 
@@ -224,8 +225,8 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     keep_fixed_settings(n, g_cfg);
-    bool log_changed = strcmp(n->error_log ? n->error_log : "-",
-                              g_cfg->error_log ? g_cfg->error_log : "-") != 0;
+    bool log_changed =
+        strcmp(n->error_log ? n->error_log : "-", g_cfg->error_log ? g_cfg->error_log : "-") != 0;
     bool access_changed = strcmp(n->access_log ? n->access_log : "",
                                  g_cfg->access_log ? g_cfg->access_log : "") != 0 ||
                           n->access_format != g_cfg->access_format;

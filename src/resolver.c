@@ -35,14 +35,14 @@
 
 struct resolver_query {
     unsigned magic;
-    struct resolver *r;               /* borrows */
-    struct rentry *entry;             /* borrows; NULL once moved to the ready list */
-    struct resolver_query *next;      /* in entry->waiters or r->ready */
+    struct resolver *r;          /* borrows */
+    struct rentry *entry;        /* borrows; NULL once moved to the ready list */
+    struct resolver_query *next; /* in entry->waiters or r->ready */
     struct resolver_query **pprev;
     resolver_fn *cb;
     void *arg;
     uint16_t port;
-    int err;                          /* the result, copied when released */
+    int err; /* the result, copied when released */
     size_t n;
     struct sockaddr_storage addrs[RESOLVER_MAX_ADDRS];
 };
@@ -70,12 +70,12 @@ struct resolver {
     unsigned magic;
     struct ev_loop *loop;
     ares_channel channel;
-    ev_timer timeout;              /* c-ares retransmit timer */
-    ev_timer defer;                /* zero-delay: delivers r->ready */
-    struct sockw *socks;           /* watchers for c-ares sockets */
+    ev_timer timeout;    /* c-ares retransmit timer */
+    ev_timer defer;      /* zero-delay: delivers r->ready */
+    struct sockw *socks; /* watchers for c-ares sockets */
     struct rentry *buckets[RESOLVER_BUCKETS];
     size_t n_entries;
-    struct resolver_query *ready;  /* completed queries to call back */
+    struct resolver_query *ready; /* completed queries to call back */
     struct resolver_query **ready_tail;
     bool freeing;
 };
@@ -490,7 +490,8 @@ bool resolver_addr_is_private(const struct sockaddr *sa)
     const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
     const uint8_t *b = s6->sin6_addr.s6_addr;
     static const uint8_t zero[16];
-    uint32_t v4 = ((uint32_t)b[12] << 24) | ((uint32_t)b[13] << 16) | ((uint32_t)b[14] << 8) | b[15];
+    uint32_t v4 =
+        ((uint32_t)b[12] << 24) | ((uint32_t)b[13] << 16) | ((uint32_t)b[14] << 8) | b[15];
     if (memcmp(b, zero, 15) == 0) /* :: and ::1 */
         return true;
     if (memcmp(b, zero, 10) == 0 && b[10] == 0xff && b[11] == 0xff) /* ::ffff:a.b.c.d */

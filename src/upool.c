@@ -41,7 +41,7 @@ struct origin {
     struct origin *hnext;
     struct sockaddr_storage addr;
     char name[64];
-    unsigned busy;              /* slots held by requests */
+    unsigned busy; /* slots held by requests */
     unsigned n_idle;
     struct idle_sock *idle;     /* owns; most recently used first */
     struct upool_wait *waiters; /* FIFO head */
@@ -51,8 +51,8 @@ struct origin {
 struct upool {
     struct ev_loop *loop;
     struct origin *buckets[UPOOL_BUCKETS];
-    ev_timer defer;                /* zero-delay: runs r->granted callbacks */
-    struct upool_wait *granted;    /* waiters given a slot, to call back */
+    ev_timer defer;             /* zero-delay: runs r->granted callbacks */
+    struct upool_wait *granted; /* waiters given a slot, to call back */
     struct upool_wait **gtail;
     bool draining;
 };
@@ -322,8 +322,8 @@ void upool_release(struct origin *o, int fd)
      * max_per_origin, further waiters get the slots now free. */
     bool moved = false;
     struct upool_wait *w;
-    while ((w = o->waiters) != NULL && (!moved ? o->busy <= g_cfg->max_per_origin
-                                               : o->busy < g_cfg->max_per_origin)) {
+    while ((w = o->waiters) != NULL &&
+           (!moved ? o->busy <= g_cfg->max_per_origin : o->busy < g_cfg->max_per_origin)) {
         o->waiters = w->next;
         if (o->waiters != NULL)
             o->waiters->pprev = &o->waiters;

@@ -69,29 +69,29 @@ struct upstream {
     unsigned id;
     enum up_state state;
     struct ev_loop *loop;
-    struct upool *pool;     /* borrows */
-    struct origin *origin;  /* borrows; kept alive by our slot or wait */
+    struct upool *pool;    /* borrows */
+    struct origin *origin; /* borrows; kept alive by our slot or wait */
     bool have_slot;
     struct upool_wait wait; /* queued for a slot in WAIT_SLOT */
     struct sockaddr_storage addr;
-    int fd;                 /* owns, -1 when none */
-    bool reused;            /* fd came from the idle pool */
+    int fd;      /* owns, -1 when none */
+    bool reused; /* fd came from the idle pool */
     bool retried;
-    bool got_bytes;         /* any response byte seen on this fd */
-    bool paused;            /* the sink took less than offered */
-    bool cancelled;         /* upstream_cancel() from inside a callback */
+    bool got_bytes; /* any response byte seen on this fd */
+    bool paused;    /* the sink took less than offered */
+    bool cancelled; /* upstream_cancel() from inside a callback */
     int in_cb;
-    unsigned io_events;     /* current interest of io */
+    unsigned io_events; /* current interest of io */
     ev_io io;
     ev_timer timer;
-    enum up_err pending_err; /* failure to report from the timer (no synchronous callbacks) */
+    enum up_err pending_err;       /* failure to report from the timer (no synchronous callbacks) */
     ev_tstamp first_byte_deadline; /* from upstream_start: slot wait + connect + response head */
-    struct buf out;         /* owns: the request head */
+    struct buf out;                /* owns: the request head */
     size_t out_sent;
-    struct buf in;          /* owns: response bytes */
+    struct buf in; /* owns: response bytes */
     enum h1_method method;
     struct h1_resp resp;
-    uint64_t left;          /* H1_BODY_LENGTH: bytes still expected */
+    uint64_t left; /* H1_BODY_LENGTH: bytes still expected */
     struct h1_chunked chunked;
     const struct upstream_sink *sink; /* borrows */
     void *arg;
@@ -204,11 +204,11 @@ static void up_finish(struct upstream *up, enum up_err err)
 {
     bool reusable = false;
     if (err == UP_OK)
-        reusable = up->resp.keep_alive && up->resp.framing != H1_BODY_CLOSE &&
-                   buf_len(&up->in) == 0;
+        reusable =
+            up->resp.keep_alive && up->resp.framing != H1_BODY_CLOSE && buf_len(&up->in) == 0;
     else
-        log_info("up#%u %s: %s (%s)", up->id, upool_origin_name(up->origin),
-                 upstream_strerror(err), up_state_names[up->state]);
+        log_info("up#%u %s: %s (%s)", up->id, upool_origin_name(up->origin), upstream_strerror(err),
+                 up_state_names[up->state]);
     if (!reusable)
         close_fd(up);
     else
@@ -243,8 +243,8 @@ static void up_connect(struct upstream *up)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    socklen_t alen = up->addr.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                   : sizeof(struct sockaddr_in6);
+    socklen_t alen =
+        up->addr.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     up->fd = fd;
     up->reused = false;
     up->got_bytes = false;
@@ -389,8 +389,8 @@ static bool up_process(struct upstream *up)
             return true;
         }
         if (n < 0) {
-            log_info("up#%u %s: invalid response head (%s)", up->id,
-                     upool_origin_name(up->origin), n == -E2BIG ? "too large" : "malformed");
+            log_info("up#%u %s: invalid response head (%s)", up->id, upool_origin_name(up->origin),
+                     n == -E2BIG ? "too large" : "malformed");
             up_fail(up, UP_ERR_PROTO);
             return false;
         }

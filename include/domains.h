@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * domains: a uklans/cache-domains checkout -> host matcher -> cache identifier (CONTRACT.md §3,
+ * §4 "Cache identifier"), and the LAN DNS overrides of `cacheparty dns` (CONTRACT.md §2).
+ *
+ * A struct domains is built once by domains_load() and immutable afterwards: every lookup is
+ * read-only, allocation-free and O(labels of the host). It owns all of its strings; names it
+ * returns stay valid until domains_free(). A reload loads a new one and swaps the pointer.
+ * Pure module: files are read only inside domains_load(); no ev.h.
+ *
+ * Matching rules (the lists' syntax is documented at domains_load):
+ * - "name" matches that host only; "*.name" matches its subdomains only, on a label boundary
+ *   ("*.steamcontent.com" matches "a.steamcontent.com", never "steamcontent.com",
+ *   "evilsteamcontent.com" or "steamcontent.com.evil.net").
+ * - The most specific entry wins: an exact name beats any wildcard, a longer wildcard beats a
+ *   shorter one. The same entry listed by two services belongs to the first service in
+ *   cache_domains.json (later copies are ignored and not counted).
+ * - Hosts are compared byte for byte: the caller passes the authority's host lowercased, with one
+ *   trailing dot removed and without a port (CONTRACT.md §4). "A.Steamcontent.com" or
+ *   "a.steamcontent.com." never match. Hosts with empty labels never match.
+ */
+#ifndef CACHEPARTY_DOMAINS_H
+#define CACHEPARTY_DOMAINS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+struct domains;
+
+#define DOMAINS_STEAM_UA "Valve/Steam HTTP Client 1.0"
+#define DOMAINS_STEAM_ZONE "steamcontent.com"
+#define DOMAINS_STEAM_ID "steam"
+#define DOMAINS_NAME_MAX 253 /* longest host name, without the trailing dot */
+
+/*
+ * Reads <dir>/cache_domains.json ({"cache_domains":[{"name":..., "domain_files":[...]}, ...]};
+ * other members are ignored) and each listed file, relative to <dir>. <dir> is borrowed.
+ * List files: one host per line; '#' starts a comment (whole line or after a name); blank lines
+ * are skipped; surrounding whitespace is trimmed; names are lowercased and one trailing dot is
+ * removed. Labels are 1-63 characters of [a-z0-9_-], names at most 253. '*' is allowed only as a
+ * leading "*." label, and never over a single label ("*.com" is refused: it would admit a whole
+ * top-level domain). Service names are 1-64 characters of [A-Za-z0-9._-] and unique; domain file
+ * paths must be relative and must not contain "..". Sizes are bounded (cache_domains.json 1 MiB,
+ * each list 16 MiB, JSON nesting 32 levels).
+ * Returns a new struct domains (free with domains_free) or NULL with <err> set to
+ * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read).
+ */
+struct domains *domains_load(const char *dir, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Frees *d and sets it to NULL. NULL-safe. Invalidates every name returned from it. */
+void domains_free(struct domains **d);
+
+/*
+ * The name of the service whose lists match <host> (see the rules above), or NULL. <host> is
+ * borrowed, NUL-terminated. <d> may be NULL (no lists configured: nothing matches). The result is
+ * owned by <d>. No allocation.
+ */
+const char *domains_match(const struct domains *d, const char *host);
+
+/*
+ * The cache identifier of a request, in the contract's order: the list match for <host>; else,
+ * when <steam_ua_rule> (config steam_user_agent) is set and the User-Agent <user_agent>[0..ua_len)
+ * contains DOMAINS_STEAM_UA (case-sensitive, anywhere, like lancache's map) and <host> is a
+ * subdomain of steamcontent.com on a label boundary, DOMAINS_STEAM_ID ("steam"). The bare
+ * "steamcontent.com" is NOT admitted by the rule (like "*.steamcontent.com": subdomains only;
+ * list it to cache it). Else NULL: the caller applies allow_unlisted or answers 403.
+ * <d> may be NULL (only the Steam rule applies); <user_agent> may be NULL when <ua_len> is 0.
+ * The result is owned by <d> or static. No allocation.
+ */
+const char *domains_identify(const struct domains *d, const char *host, const char *user_agent,
+                             size_t ua_len, bool steam_ua_rule);
+
+/*
+ * For `cacheparty -t`: the number of services in cache_domains.json and of distinct entries
+ * loaded ("x" and "*.x" count as two; duplicates once). <d> may be NULL (both 0). Either output
+ * pointer may be NULL.
+ */
+void domains_counts(const struct domains *d, size_t *services, size_t *names);
+
+/* `cacheparty dns --format`; the command line's default is DOMAINS_DNS_DNSMASQ. */
+enum domains_dns_format {
+    DOMAINS_DNS_DNSMASQ = 0, /* address=/name/IP (covers subdomains too) */
+    DOMAINS_DNS_UNBOUND,     /* server: local-zone redirect for wildcards, local-data */
+    DOMAINS_DNS_HOSTS,       /* "IP name"; wildcards listed in comments, not expressible */
+    DOMAINS_DNS_RPZ,         /* a BIND response-policy zone file, names relative to the zone */
+};
+
+/* "dnsmasq" | "unbound" | "hosts" | "rpz" (exact, lowercase) -> *out. Returns 0 or -EINVAL. */
+int domains_dns_format_parse(const char *s, enum domains_dns_format *out)
+    __attribute__((warn_unused_result));
+
+/* The name of <fmt> as accepted by domains_dns_format_parse. */
+const char *domains_dns_format_name(enum domains_dns_format fmt);
+
+/*
+ * Writes DNS overrides pointing every name of <d> at <ip> (IPv4 -> A, IPv6 -> AAAA records) to
+ * <out>, in the syntax of <fmt>. Services come in cache_domains.json order, names in list file
+ * order, each name once; the output is a function of the lists and arguments only.
+ * Per format (what each resolver can express):
+ * - dnsmasq: "address=/x/IP" per exact name x and per wildcard "*.x". dnsmasq's address= also
+ *   answers for every subdomain, so an exact name is widened to its subdomains, and names already
+ *   covered by another listed name's line are omitted.
+ * - unbound: "local-zone: \"x.\" redirect" + "local-data: \"x. A IP\"" per wildcard (this also
+ *   answers the bare x), "local-data: \"name. A IP\"" per exact name not under a redirect zone
+ *   (unbound refuses local-data below a redirect zone's apex).
+ * - hosts: "IP name" per exact name; each wildcard gets a "# skipped wildcard" comment line.
+ * - rpz: $TTL, SOA, NS, then "name A IP" and "*.x A IP" relative to the zone's origin (load it
+ *   as zone "rpz.cacheparty", or any name), exactly the lists' semantics.
+ * <d>, <ip> and <out> are borrowed. Returns 0; -EINVAL if <ip> is not a numeric IPv4/IPv6
+ * address or is unspecified (0.0.0.0, ::); -ENOENT if <d> is NULL (no lists configured);
+ * -EIO if writing to <out> failed. Nothing is written on -EINVAL or -ENOENT.
+ */
+int domains_dns_export(const struct domains *d, const char *ip, enum domains_dns_format fmt,
+                       FILE *out) __attribute__((warn_unused_result));
+
+#endif

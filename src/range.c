@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * range: Range / Content-Range / If-Range parsing and chunk arithmetic. See range.h.
+ * Pure: no I/O, no allocation, no global state. Every number from the wire goes through
+ * parse_u64(), which refuses anything that does not fit in 64 bits, so no arithmetic here can
+ * overflow; chunk products (index * chunk_size) are asserted against the object length first.
+ */
+#include "range.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Strips leading and trailing OWS from [*p, *p + *len). */
+static void trim_ows(const char **p, size_t *len)
+{
+    while (*len > 0 && is_ows(**p)) {
+        (*p)++;
+        (*len)--;
+    }
+    while (*len > 0 && is_ows((*p)[*len - 1]))
+        (*len)--;
+}
+
+/*
+ * Parses 1*DIGIT at <p>[*i..len) into <*val>, advancing *i. Returns false when there is no digit
+ * or the value does not fit in uint64_t (leading zeros are fine).
+ */
+static bool parse_u64(const char *p, size_t len, size_t *i, uint64_t *val)
+{
+    size_t j = *i;
+    uint64_t v = 0;
+    if (j >= len || !is_digit(p[j]))
+        return false;
+    for (; j < len && is_digit(p[j]); j++) {
+        unsigned d = (unsigned)(p[j] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *i = j;
+    *val = v;
+    return true;
+}
+
+/* Case-insensitive "bytes" at the start of <p>[0..len). */
+static bool has_bytes_unit(const char *p, size_t len)
+{
+    return len >= 5 && util_ieq(p, 5, "bytes");
+}
+
+/* What one range-spec says about an object of a given length. */
+enum spec {
+    SPEC_INVALID,
+    SPEC_SAT,          /* satisfiable: the range is set */
+    SPEC_UNSAT,        /* a >= total, or "-0" */
+    SPEC_EMPTY_SUFFIX, /* "-n", n > 0, on a 0-length object: satisfiable yet inexpressible */
+};
+
+/* One range-spec <p>[0..len) (already trimmed, non-empty); sets *out when SPEC_SAT. */
+static enum spec parse_spec(const char *p, size_t len, uint64_t total, struct range *out)
+{
+    size_t i = 0;
+    uint64_t a, b;
+
+    if (p[0] == '-') {
+        /* suffix-range: the last b bytes */
+        i = 1;
+        if (!parse_u64(p, len, &i, &b) || i != len)
+            return SPEC_INVALID;
+        if (b == 0)
+            return SPEC_UNSAT;
+        if (total == 0)
+            return SPEC_EMPTY_SUFFIX;
+        out->start = b >= total ? 0 : total - b;
+        out->end = total - 1;
+        return SPEC_SAT;
+    }
+    if (!parse_u64(p, len, &i, &a) || i >= len || p[i] != '-')
+        return SPEC_INVALID;
+    i++;
+    if (i == len) {
+        b = UINT64_MAX; /* "a-": to the end */
+    } else if (!parse_u64(p, len, &i, &b) || i != len || b < a) {
+        return SPEC_INVALID;
+    }
+    if (a >= total)
+        return SPEC_UNSAT;
+    out->start = a;
+    out->end = b < total - 1 ? b : total - 1;
+    return SPEC_SAT;
+}
+
+enum range_result range_parse(const char *v, size_t len, uint64_t total, struct range *out)
+{
+    if (v == NULL || len == 0)
+        return RANGE_NONE;
+    trim_ows(&v, &len);
+    if (!has_bytes_unit(v, len) || len < 6 || v[5] != '=')
+        return RANGE_NONE;
+    v += 6;
+    len -= 6;
+
+    size_t n_specs = 0, n_sat = 0;
+    bool empty_suffix = false;
+    struct range first = {0, 0};
+    /* 1#range-spec: elements separated by OWS "," OWS; empty elements are ignored (§5.6.1.2). */
+    while (len > 0) {
+        const char *comma = memchr(v, ',', len);
+        size_t elen = comma ? (size_t)(comma - v) : len;
+        const char *e = v;
+        size_t tlen = elen;
+        trim_ows(&e, &tlen);
+        if (tlen > 0) {
+            struct range r = {0, 0};
+            switch (parse_spec(e, tlen, total, &r)) {
+            case SPEC_INVALID:
+                return RANGE_NONE;
+            case SPEC_SAT:
+                if (n_sat++ == 0)
+                    first = r;
+                break;
+            case SPEC_UNSAT:
+                break;
+            case SPEC_EMPTY_SUFFIX:
+                empty_suffix = true;
+                break;
+            }
+            n_specs++;
+        }
+        if (!comma)
+            break;
+        v = comma + 1;
+        len -= elen + 1;
+    }
+    if (n_specs == 0)
+        return RANGE_NONE; /* "bytes=" or only commas: invalid */
+    if (empty_suffix)
+        return RANGE_NONE; /* see range.h */
+    if (n_sat == 0)
+        return RANGE_UNSATISFIABLE;
+    if (n_specs > 1)
+        return RANGE_MULTI;
+    *out = first;
+    return RANGE_OK;
+}
+
+uint64_t range_chunk_count(uint64_t total, uint64_t chunk_size)
+{
+    ASSERT(chunk_size > 0);
+    return total / chunk_size + (total % chunk_size != 0);
+}
+
+void range_chunks(uint64_t start, uint64_t end, uint64_t chunk_size, uint64_t *first,
+                  uint64_t *last)
+{
+    ASSERT(chunk_size > 0);
+    ASSERT(start <= end);
+    *first = start / chunk_size;
+    *last = end / chunk_size;
+}
+
+void range_chunk_span(uint64_t index, uint64_t chunk_size, uint64_t total, uint64_t *off,
+                      uint64_t *len)
+{
+    ASSERT(index < range_chunk_count(total, chunk_size));
+    /* index < ceil(total / chunk_size), so index * chunk_size < total: no overflow. */
+    *off = index * chunk_size;
+    uint64_t rest = total - *off;
+    *len = rest < chunk_size ? rest : chunk_size;
+}
+
+void range_chunk_slice(uint64_t index, uint64_t chunk_size, uint64_t start, uint64_t end,
+                       uint64_t *off, uint64_t *len)
+{
+    uint64_t first, last;
+    range_chunks(start, end, chunk_size, &first, &last);
+    ASSERT(index >= first && index <= last);
+    /* first <= index <= end / chunk_size, so index * chunk_size <= end: no overflow. */
+    uint64_t cbeg = index * chunk_size;
+    uint64_t cend = cbeg + (chunk_size - 1);
+    if (cend < cbeg)
+        cend = UINT64_MAX; /* a huge chunk_size: the chunk reaches past any 64-bit offset */
+    uint64_t s = start > cbeg ? start : cbeg;
+    uint64_t e = end < cend ? end : cend;
+    *off = s - cbeg;
+    *len = e - s + 1;
+}
+
+static int finish_fmt(int n, size_t cap)
+{
+    ASSERT(n >= 0);
+    return (size_t)n < cap ? n : -ENOSPC;
+}
+
+int range_content_range(char *out, size_t cap, uint64_t start, uint64_t end, uint64_t total)
+{
+    ASSERT(start <= end && end < total);
+    int n = snprintf(out, cap, "bytes %llu-%llu/%llu", (unsigned long long)start,
+                     (unsigned long long)end, (unsigned long long)total);
+    return finish_fmt(n, cap);
+}
+
+int range_content_range_unsatisfied(char *out, size_t cap, uint64_t total)
+{
+    int n = snprintf(out, cap, "bytes */%llu", (unsigned long long)total);
+    return finish_fmt(n, cap);
+}
+
+enum range_result range_parse_content_range(const char *v, size_t len, uint64_t *a, uint64_t *b,
+                                             uint64_t *total)
+{
+    if (v == NULL)
+        return RANGE_NONE;
+    trim_ows(&v, &len);
+    if (!has_bytes_unit(v, len) || len < 6 || v[5] != ' ')
+        return RANGE_NONE;
+    size_t i = 6;
+    uint64_t ra, rb, rt;
+    if (i < len && v[i] == '*') {
+        i++;
+        if (i >= len || v[i] != '/')
+            return RANGE_NONE;
+        i++;
+        if (!parse_u64(v, len, &i, &rt) || i != len)
+            return RANGE_NONE;
+        *total = rt;
+        return RANGE_UNSATISFIABLE;
+    }
+    if (!parse_u64(v, len, &i, &ra) || i >= len || v[i] != '-')
+        return RANGE_NONE;
+    i++;
+    if (!parse_u64(v, len, &i, &rb) || i >= len || v[i] != '/')
+        return RANGE_NONE;
+    i++;
+    /* "A-B/*" (unknown length) falls out here: parse_u64 refuses '*'. */
+    if (!parse_u64(v, len, &i, &rt) || i != len)
+        return RANGE_NONE;
+    if (ra > rb || rb >= rt)
+        return RANGE_NONE;
+    *a = ra;
+    *b = rb;
+    *total = rt;
+    return RANGE_OK;
+}
+
+/* Whether <p>[0..len) is a strong entity-tag: DQUOTE *etagc DQUOTE (RFC 9110 §8.8.3). */
+static bool is_strong_etag(const char *p, size_t len)
+{
+    if (len < 2 || p[0] != '"' || p[len - 1] != '"')
+        return false;
+    for (size_t i = 1; i + 1 < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        /* etagc = %x21 / %x23-7E / obs-text */
+        if (!(c == 0x21 || (c >= 0x23 && c <= 0x7e) || c >= 0x80))
+            return false;
+    }
+    return true;
+}
+
+bool range_if_range_matches(const char *v, size_t len, const char *etag,
+                            const char *last_modified)
+{
+    if (v == NULL)
+        return false;
+    trim_ows(&v, &len);
+    if (len == 0)
+        return false;
+    if (v[0] == '"' || (len >= 2 && v[0] == 'W' && v[1] == '/')) {
+        /* An entity-tag. Weak tags never match (strong comparison); neither does a weak stored
+         * tag, which is_strong_etag() refuses too. */
+        if (!is_strong_etag(v, len) || etag == NULL)
+            return false;
+        size_t elen = strlen(etag);
+        return is_strong_etag(etag, elen) && elen == len && memcmp(v, etag, len) == 0;
+    }
+    if (last_modified == NULL)
+        return false;
+    size_t lmlen = strlen(last_modified);
+    return lmlen > 0 && lmlen == len && memcmp(v, last_modified, len) == 0;
+}
