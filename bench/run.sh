@@ -324,6 +324,7 @@ start_nginx-static() {
         sed -e "s|@WORK@|$TDIR|g" -e "s|@PORT@|$TPORT|g" -e "s|@ROOT@|$STATIC_ROOT|g" \
             -e "s|@USER@|$(nginx_user)|" "$CONF/nginx-static.conf.in" >"$TDIR/nginx.conf"
         # The same objects the loadgen asks for, as files (then in page cache).
+        # shellcheck disable=SC2046 # one word per path, on purpose
         "$BENCH_BIN/origin" -w "$STATIC_ROOT" "/big/$BIG/object.bin" "/archive/$ARCHIVE/data.pak" \
             $(for i in $(seq 0 $((NCHUNKS - 1))); do printf '/depot/%s/chunk_%04d ' "$CHUNK" "$i"; done)
     fi

@@ -18,13 +18,15 @@
 struct ev_loop;
 struct resolver;
 struct upool;
+struct domains;
 
 /* What every connection borrows; owned by main. */
 struct conn_ctx {
     struct ev_loop *loop;
     struct resolver *resolver;
     struct upool *upool;
-    bool has_override; /* [upstream] override: every request goes to override_addr */
+    const struct domains *domains; /* cache-domains lists, NULL when none are configured */
+    bool has_override;             /* [upstream] override: every request goes to override_addr */
     struct sockaddr_storage override_addr;
     void (*on_closed)(void); /* after a conn is freed (server re-enables accepting) */
 };

@@ -45,7 +45,8 @@ struct range {
  *  RANGE_MULTI: more than one range and at least one satisfiable (<*out> untouched).
  *  RANGE_UNSATISFIABLE: every range has a >= total or is "-0" (so any int range on total == 0).
  */
-enum range_result range_parse(const char *v, size_t len, uint64_t total, struct range *out);
+enum range_result range_parse(const char *v, size_t len, uint64_t total, struct range *out)
+    __attribute__((warn_unused_result));
 
 /* Number of chunks of an object of <total> bytes: ceil(total / chunk_size). <chunk_size> > 0. */
 uint64_t range_chunk_count(uint64_t total, uint64_t chunk_size);
@@ -87,11 +88,11 @@ int range_content_range_unsatisfied(char *out, size_t cap, uint64_t total);
  * Parses an origin's Content-Range value <v>[0..len) (borrowed) strictly: case-insensitive
  * "bytes", one SP, then "A-B/TOTAL" with A <= B < TOTAL, or "* /TOTAL" (without the space);
  * leading and trailing OWS are ignored, nothing else is.
- * Returns RANGE_OK with *a, *b, *total set; RANGE_UNSATISFIABLE for "* /TOTAL" with only *total set;
- * RANGE_NONE for anything else, including an unknown length "A-B/*" (uncacheable for us).
+ * Returns RANGE_OK with *a, *b, *total set; RANGE_UNSATISFIABLE for "* /TOTAL" (only *total set);
+ * RANGE_NONE for anything else, including an unknown length ("A-B/" then "*": uncacheable for us).
  */
 enum range_result range_parse_content_range(const char *v, size_t len, uint64_t *a, uint64_t *b,
-                                             uint64_t *total);
+                                            uint64_t *total) __attribute__((warn_unused_result));
 
 /*
  * Whether the If-Range value <v>[0..len) (borrowed) matches the stored validators, so that the
@@ -101,7 +102,6 @@ enum range_result range_parse_content_range(const char *v, size_t len, uint64_t 
  * <last_modified> are NUL-terminated, borrowed, and may be NULL or "" when not stored (no match).
  * An absent If-Range is the caller's business (it then honours Range unconditionally).
  */
-bool range_if_range_matches(const char *v, size_t len, const char *etag,
-                            const char *last_modified);
+bool range_if_range_matches(const char *v, size_t len, const char *etag, const char *last_modified);
 
 #endif

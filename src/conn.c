@@ -34,6 +34,7 @@
 #include "access.h"
 #include "buf.h"
 #include "config.h"
+#include "domains.h"
 #include "forward.h"
 #include "http1.h"
 #include "log.h"
@@ -98,6 +99,8 @@ struct conn {
     char *req_head; /* owns: copy of the head that the spans of <req> point into */
     struct h1_req req;
     struct h1_authority auth;
+    const char *ident; /* cache identifier: a service name (borrowed from the domains
+                          lists, which live until exit) or auth.ident */
     bool head_req;
     bool keep_alive; /* keep the connection after this response */
     bool bypass;
@@ -210,8 +213,8 @@ static void log_access(struct conn *c)
         e.host = field_str(c, "Host");
     }
     if (c->proxied) {
-        e.ident = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
-        e.host = e.ident;
+        e.ident = (struct access_str){c->ident, strlen(c->ident)};
+        e.host = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
         if (!c->local_resp)
             e.cache_status = "MISS"; /* lancache's column: BYPASS is logged as MISS */
     }
@@ -364,8 +367,12 @@ static void handle_request(struct conn *c)
         local_response(c, 403, false, NULL);
         return;
     }
-    /* TODO(#4): cache-domains identifiers; until then only allow_unlisted admits a host. */
-    if (!g_cfg->allow_unlisted) {
+    const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
+    c->ident = domains_identify(c->ctx->domains, c->auth.host, ua ? h + ua->value.off : NULL,
+                                ua ? ua->value.len : 0, g_cfg->steam_user_agent);
+    if (c->ident == NULL && g_cfg->allow_unlisted)
+        c->ident = c->auth.ident;
+    if (c->ident == NULL) {
         log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
                  c->auth.host);
         g_stats.forbidden++;

@@ -23,6 +23,7 @@
 #include "access.h"
 #include "config.h"
 #include "conn.h"
+#include "domains.h"
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
@@ -40,6 +41,9 @@ const struct config *g_cfg;
  * stack may still read. Reloads are rare, so this stays small. */
 static struct config **snapshots;
 static size_t n_snapshots;
+/* Likewise every cache-domains list set loaded (identifiers borrowed by requests in flight). */
+static struct domains **domain_sets;
+static size_t n_domain_sets;
 
 static struct conn_ctx ctx;
 static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
@@ -56,6 +60,69 @@ static void usage(FILE *fp)
             "  -V       print the version and exit\n"
             "  -h       this help\n",
             CONFIG_DEFAULT_PATH);
+}
+
+/* Loads the lists named by <cfg> (NULL when none are configured). Returns -1 with <err> set. */
+static int load_domains(const struct config *cfg, struct domains **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (cfg->cache_domains == NULL)
+        return 0;
+    *out = domains_load(cfg->cache_domains, err, errlen);
+    return *out == NULL ? -1 : 0;
+}
+
+static void keep_domains(struct domains *d)
+{
+    domain_sets = xrealloc(domain_sets, (n_domain_sets + 1) * sizeof(*domain_sets));
+    domain_sets[n_domain_sets++] = d;
+}
+
+/* `cacheparty dns --ip ADDR [--format F]`: argv starts after "dns". */
+static int cmd_dns(const struct config *cfg, int argc, char **argv)
+{
+    const char *ip = NULL;
+    enum domains_dns_format fmt = DOMAINS_DNS_DNSMASQ;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--ip") == 0 && i + 1 < argc) {
+            ip = argv[++i];
+        } else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+            if (domains_dns_format_parse(argv[++i], &fmt) < 0) {
+                fprintf(stderr, "cacheparty dns: unknown format '%s'\n", argv[i]);
+                return 1;
+            }
+        } else {
+            fprintf(stderr, "cacheparty dns: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (ip == NULL) {
+        fprintf(stderr, "cacheparty dns: --ip ADDR is required\n");
+        return 1;
+    }
+    if (cfg->cache_domains == NULL) {
+        fprintf(stderr, "cacheparty dns: %s sets no [domains] cache_domains: nothing to export\n",
+                cfg->path);
+        return 1;
+    }
+    char err[512];
+    struct domains *d = NULL;
+    if (load_domains(cfg, &d, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int rc = domains_dns_export(d, ip, fmt, stdout);
+    domains_free(&d);
+    if (rc == -EINVAL) {
+        fprintf(stderr, "cacheparty dns: '%s' is not a usable IPv4 or IPv6 address\n", ip);
+        return 1;
+    }
+    if (rc < 0 || fflush(stdout) != 0) {
+        fprintf(stderr, "cacheparty dns: write failed\n");
+        return 1;
+    }
+    return 0;
 }
 
 static void publish(struct config *cfg)
@@ -225,12 +292,21 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     keep_fixed_settings(n, g_cfg);
+    struct domains *d = NULL;
+    if (load_domains(n, &d, err, sizeof(err)) < 0) {
+        log_err("reload refused, keeping the running configuration: %s", err);
+        config_free(&n);
+        return;
+    }
     bool log_changed =
         strcmp(n->error_log ? n->error_log : "-", g_cfg->error_log ? g_cfg->error_log : "-") != 0;
     bool access_changed = strcmp(n->access_log ? n->access_log : "",
                                  g_cfg->access_log ? g_cfg->access_log : "") != 0 ||
                           n->access_format != g_cfg->access_format;
     publish(n);
+    if (d != NULL)
+        keep_domains(d);
+    ctx.domains = d;
     if (log_changed)
         log_open(n->error_log);
     else
@@ -265,7 +341,7 @@ int main(int argc, char **argv)
     const char *path = CONFIG_DEFAULT_PATH;
     bool test_only = false;
     int opt;
-    while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
+    while ((opt = getopt(argc, argv, "+c:tVh")) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -284,7 +360,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    if (optind < argc) {
+    bool dns_cmd = optind < argc && strcmp(argv[optind], "dns") == 0;
+    if (optind < argc && !dns_cmd) {
         fprintf(stderr, "cacheparty: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 1;
@@ -296,14 +373,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    if (dns_cmd) {
+        int drc = cmd_dns(cfg, argc - optind - 1, argv + optind + 1);
+        config_free(&cfg);
+        return drc;
+    }
+    struct domains *doms = NULL;
+    if (load_domains(cfg, &doms, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        config_free(&cfg);
+        return 1;
+    }
     if (test_only) {
         char sum[512];
+        size_t n_services = 0, n_names = 0;
         config_summary(cfg, sum, sizeof(sum));
-        printf("%s\n", sum);
+        domains_counts(doms, &n_services, &n_names);
+        printf("%s; cache-domains: %zu services, %zu names\n", sum, n_services, n_names);
+        domains_free(&doms);
         config_free(&cfg);
         return 0;
     }
     publish(cfg);
+    if (doms != NULL)
+        keep_domains(doms);
+    ctx.domains = doms;
     if (log_open(cfg->error_log) < 0)
         fprintf(stderr, "cacheparty: cannot open error log %s, using stderr\n", cfg->error_log);
     signal(SIGPIPE, SIG_IGN);
@@ -376,6 +470,9 @@ out_loop:
 out_cfg:
     access_close();
     log_close();
+    for (size_t i = 0; i < n_domain_sets; i++)
+        domains_free(&domain_sets[i]);
+    free(domain_sets);
     for (size_t i = 0; i < n_snapshots; i++)
         config_free(&snapshots[i]);
     free(snapshots);

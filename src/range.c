@@ -220,7 +220,7 @@ int range_content_range_unsatisfied(char *out, size_t cap, uint64_t total)
 }
 
 enum range_result range_parse_content_range(const char *v, size_t len, uint64_t *a, uint64_t *b,
-                                             uint64_t *total)
+                                            uint64_t *total)
 {
     if (v == NULL)
         return RANGE_NONE;
@@ -245,7 +245,7 @@ enum range_result range_parse_content_range(const char *v, size_t len, uint64_t 
     if (!parse_u64(v, len, &i, &rb) || i >= len || v[i] != '/')
         return RANGE_NONE;
     i++;
-    /* "A-B/*" (unknown length) falls out here: parse_u64 refuses '*'. */
+    /* An unknown length ("*" after the slash) fails here: parse_u64 wants a digit. */
     if (!parse_u64(v, len, &i, &rt) || i != len)
         return RANGE_NONE;
     if (ra > rb || rb >= rt)
@@ -270,8 +270,7 @@ static bool is_strong_etag(const char *p, size_t len)
     return true;
 }
 
-bool range_if_range_matches(const char *v, size_t len, const char *etag,
-                            const char *last_modified)
+bool range_if_range_matches(const char *v, size_t len, const char *etag, const char *last_modified)
 {
     if (v == NULL)
         return false;

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""b14: cache-domains identifiers (CONTRACT.md §4): listed hosts are proxied under their service's
+name, look-alike and unlisted hosts get 403 without allow_unlisted (the origin sees nothing), the
+Steam User-Agent rule applies only under steamcontent.com; `-t` counts the lists and `dns` prints
+the LAN overrides."""
+
+import os
+import re
+import subprocess
+
+import harness as H
+
+LISTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf",
+                     "cache-domains")
+STEAM_UA = "Valve/Steam HTTP Client 1.0 (816)"
+LINE_RE = re.compile(r'^\[(\S+)\] (\S+) / - - - \[([^\]]+)\] "([^"]*)" (\d{3}) (\d+) "([^"]*)" '
+                     r'"([^"]*)" "(HIT|MISS|-)" "([^"]*)" "([^"]*)"$')
+
+
+class Domains(H.CPTestCase):
+    def start(self, allow_unlisted="no", steam_ua="yes"):
+        return self.setup_proxy({"domains": {"cache_domains": LISTS,
+                                             "allow_unlisted": allow_unlisted,
+                                             "steam_user_agent": steam_ua}})
+
+    def idents(self, n):
+        lines = H.wait_until(lambda: len(self.daemon.access_lines()) >= n and
+                             self.daemon.access_lines(), 10 * H.SLOW, 0.05, "access lines")
+        return [LINE_RE.match(x).group(1) for x in lines]
+
+    def test_listed_hosts_get_their_service(self):
+        self.start()
+        for host in ("lancache.steamcontent.com", "cache7-fra1.steamcontent.com",
+                     "level3.blizzard.com"):
+            self.assertBody(self.get("/b14/a/size/100", host=host), "/b14/a/size/100")
+        self.assertEqual(self.idents(3), ["steam", "steam", "blizzard"])
+        self.assertEqual(self.origin.request_count(), 3)
+
+    def test_lookalikes_and_unlisted_refused(self):
+        self.start()
+        for host in ("evilsteamcontent.com", "steamcontent.com.evil.net", "xsteamcontent.com",
+                     "example.org", "blizzard.com"):
+            self.assertStatus(self.get("/b14/x/size/10", host=host), 403)
+        self.assertEqual(self.origin.request_count(), 0)
+
+    def test_unlisted_allowed_uses_authority(self):
+        self.start(allow_unlisted="yes")
+        self.assertBody(self.get("/b14/u/size/10", host="Other.Example:8080"), "/b14/u/size/10")
+        self.assertEqual(self.idents(1), ["other.example:8080"])
+
+    def test_steam_user_agent_rule(self):
+        self.start()
+        # not in the sample lists, but under steamcontent.com with Valve's UA: steam
+        self.assertBody(self.get("/b14/s/size/10", host="a.b.steamcontent.com",
+                                 headers=[("User-Agent", STEAM_UA)]), "/b14/s/size/10")
+        # Valve's UA elsewhere admits nothing
+        self.assertStatus(self.get("/b14/s/size/10", host="intranet.example",
+                                   headers=[("User-Agent", STEAM_UA)]), 403)
+        self.assertEqual(self.origin.request_count(), 1)
+
+    def test_cli_counts_and_dns_export(self):
+        d = self.start()
+        out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertRegex(out.stdout, r"cache-domains: 5 services, \d+ names")
+        out = subprocess.run([H.binary_path(), "-c", d.ini, "dns", "--ip", "192.168.1.10"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("address=/level3.blizzard.com/192.168.1.10", out.stdout)
+        self.assertIn("address=/steamcontent.com/192.168.1.10", out.stdout)
+        out = subprocess.run([H.binary_path(), "-c", d.ini, "dns", "--ip", "not-an-ip"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+
+    def test_bad_lists_refused_at_start(self):
+        bad = os.path.join(self._tmp, "bad")
+        os.makedirs(bad)
+        with open(os.path.join(bad, "cache_domains.json"), "w") as f:
+            f.write('{"cache_domains":[{"name":"x","domain_files":["x.txt"]}]}')
+        with open(os.path.join(bad, "x.txt"), "w") as f:
+            f.write("good.example\nbad*name.example\n")
+        self.origin = self.start_origin()
+        d = H.Daemon(os.path.join(self._tmp, "d"), {"domains": {"cache_domains": bad}},
+                     origin=self.origin, start=False)
+        d.write_config(H.free_port())
+        out = subprocess.run([H.binary_path(), "-c", d.ini], capture_output=True, text=True,
+                             timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("x.txt:2:", out.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(H.main())

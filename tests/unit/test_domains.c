@@ -1,0 +1,973 @@
+/* LDFLAGS: -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc */
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_domains: the cache-domains matcher. Loads the shipped sample conf/cache-domains (tests run
+ * from the repository root) and lists written to mkdtemp directories under /tmp (removed by each
+ * test's teardown): exact and wildcard matches on label boundaries, look-alike hosts, precedence,
+ * the Steam User-Agent rule, every JSON and list error with its "FILE:LINE: message", counts, the
+ * four DNS export formats (exact text) and a 10k-name list matched 1M times without allocating
+ * (malloc/calloc/realloc are wrapped to count calls).
+ */
+#include "domains.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util.h"
+
+#define SAMPLE_DIR "conf/cache-domains"
+#define STEAM_UA "Valve/Steam HTTP Client 1.0 (4)"
+
+/* ---- allocation counter ---- */
+
+void *__real_malloc(size_t len);
+void *__real_calloc(size_t n, size_t len);
+void *__real_realloc(void *p, size_t len);
+void *__wrap_malloc(size_t len);
+void *__wrap_calloc(size_t n, size_t len);
+void *__wrap_realloc(void *p, size_t len);
+
+static size_t g_allocs;
+
+void *__wrap_malloc(size_t len)
+{
+    g_allocs++;
+    return __real_malloc(len);
+}
+
+void *__wrap_calloc(size_t n, size_t len)
+{
+    g_allocs++;
+    return __real_calloc(n, len);
+}
+
+void *__wrap_realloc(void *p, size_t len)
+{
+    g_allocs++;
+    return __real_realloc(p, len);
+}
+
+/* ---- fixtures ---- */
+
+static struct domains *g_sample;
+
+static int sample_setup(void **state)
+{
+    char err[512] = "";
+
+    (void)state;
+    g_sample = domains_load(SAMPLE_DIR, err, sizeof(err));
+    if (g_sample == NULL) {
+        fprintf(stderr, "sample lists: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int sample_teardown(void **state)
+{
+    (void)state;
+    domains_free(&g_sample);
+    return 0;
+}
+
+struct tmp {
+    char dir[64];
+};
+
+static int tmp_setup(void **state)
+{
+    struct tmp *t = calloc(1, sizeof(*t));
+
+    if (t == NULL)
+        return -1;
+    snprintf(t->dir, sizeof(t->dir), "/tmp/cp_domains_XXXXXX");
+    if (mkdtemp(t->dir) == NULL) {
+        free(t);
+        return -1;
+    }
+    *state = t;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int tmp_teardown(void **state)
+{
+    struct tmp *t = *state;
+    int rc = nftw(t->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+
+    free(t);
+    return rc;
+}
+
+/* Writes <len> bytes of <text> to <dir>/<name> (SIZE_MAX: strlen). */
+static void write_file_len(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    if (len == SIZE_MAX)
+        len = strlen(text);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    write_file_len(dir, name, text, SIZE_MAX);
+}
+
+/* A one-service cache_domains.json naming "svc" with the list "list.txt" = <list>. */
+static void write_one_service(const char *dir, const char *list)
+{
+    write_file(dir, "cache_domains.json",
+               "{\"cache_domains\": [{\"name\": \"svc\", \"domain_files\": [\"list.txt\"]}]}\n");
+    write_file(dir, "list.txt", list);
+}
+
+static struct domains *load_ok(const char *dir)
+{
+    char err[512] = "";
+    struct domains *d = domains_load(dir, err, sizeof(err));
+
+    if (d == NULL)
+        fail_msg("unexpected load error: %s", err);
+    return d;
+}
+
+/* Checks that loading <dir> fails with "<dir>/<want>" (printf format after the dir). */
+static void load_err(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void load_err(const char *dir, const char *fmt, ...)
+{
+    char err[512] = "", want[512], tail[400];
+    struct domains *d;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(tail, sizeof(tail), fmt, ap);
+    va_end(ap);
+    snprintf(want, sizeof(want), "%s/%s", dir, tail);
+    d = domains_load(dir, err, sizeof(err));
+    assert_null(d);
+    assert_string_equal(err, want);
+}
+
+/* A JSON file <json> in <dir> must be refused with "cache_domains.json:<want>". */
+static void json_err(const char *dir, const char *json, const char *want)
+{
+    write_file(dir, "cache_domains.json", json);
+    load_err(dir, "cache_domains.json:%s", want);
+}
+
+/* A list <list> must be refused with "list.txt:<want>". */
+static void list_err(const char *dir, const char *list, const char *want)
+{
+    write_one_service(dir, list);
+    load_err(dir, "list.txt:%s", want);
+}
+
+static void match_is(const struct domains *d, const char *host, const char *want)
+{
+    const char *got = domains_match(d, host);
+
+    if (want == NULL && got != NULL)
+        fail_msg("%s: matched \"%s\", want no match", host ? host : "(null)", got);
+    if (want != NULL && (got == NULL || strcmp(got, want) != 0))
+        fail_msg("%s: matched %s, want \"%s\"", host ? host : "(null)", got ? got : "nothing",
+                 want);
+}
+
+/* ---- the sample lists ---- */
+
+static void test_domains_load_sample_counts(void **state)
+{
+    size_t services = 0, names = 0;
+
+    (void)state;
+    domains_counts(g_sample, &services, &names);
+    assert_int_equal(services, 5);
+    assert_int_equal(names, 8 + 7 + 5 + 12 + 6);
+}
+
+static void test_domains_match_exact_names(void **state)
+{
+    (void)state;
+    match_is(g_sample, "lancache.steamcontent.com", "steam");
+    match_is(g_sample, "level3.blizzard.com", "blizzard");
+    match_is(g_sample, "epicgames-download1.akamaized.net", "epicgames");
+    match_is(g_sample, "riotgamespatcher-a.akamaihd.net", "riot");
+    match_is(g_sample, "amupdatedl.microsoft.com", "wsus");
+    match_is(g_sample, "download.epicgames.com", "epicgames");
+    match_is(g_sample, "dl.delivery.mp.microsoft.com", "wsus");
+}
+
+static void test_domains_match_wildcard_subdomains(void **state)
+{
+    (void)state;
+    match_is(g_sample, "cache1-fra1.steamcontent.com", "steam");
+    match_is(g_sample, "a.b.c.steamcontent.com", "steam");
+    match_is(g_sample, "eu.cdn.blizzard.com", "blizzard");
+    match_is(g_sample, "x.y.download.epicgames.com", "epicgames");
+    match_is(g_sample, "lol.dyn.riotcdn.net", "riot");
+    match_is(g_sample, "7.tlu.dl.delivery.mp.microsoft.com", "wsus");
+    match_is(g_sample, "a.windowsupdate.com", "wsus");
+}
+
+static void test_domains_match_wildcard_not_bare_domain(void **state)
+{
+    (void)state;
+    match_is(g_sample, "steamcontent.com", NULL);
+    match_is(g_sample, "cdn.blizzard.com", NULL);
+    match_is(g_sample, "dyn.riotcdn.net", NULL);
+    match_is(g_sample, "windowsupdate.com", NULL);
+    match_is(g_sample, "update.microsoft.com", NULL);
+}
+
+static void test_domains_match_lookalikes_refused(void **state)
+{
+    static const char *const hosts[] = {
+        "evilsteamcontent.com",
+        "xsteamcontent.com",
+        "steamcontent.com.evil.net",
+        "lancache.steamcontent.com.evil.net",
+        "lancache.steamcontent.co",
+        "steamcontent",
+        "com",
+        "xlevel3.blizzard.com",
+        "level3.blizzard.com.evil",
+        "evil-level3.blizzard.com",
+        "blizzard.com",
+        "cdnxblizzard.com",
+        "eu.cdnxblizzard.com",
+        "cdn.blizzard.com.evil.net",
+        "xdyn.riotcdn.net",
+        "a.xdyn.riotcdn.net",
+        "riotgamespatcher-a.akamaihd.ne",
+        "example.com",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(hosts); i++)
+        match_is(g_sample, hosts[i], NULL);
+}
+
+/* The caller lowercases and strips the trailing dot (CONTRACT.md §4): this module does not. */
+static void test_domains_match_host_not_normalised_no_match(void **state)
+{
+    char long_host[300];
+
+    (void)state;
+    match_is(g_sample, "LEVEL3.blizzard.com", NULL);
+    match_is(g_sample, "lancache.SteamContent.com", NULL);
+    match_is(g_sample, "lancache.steamcontent.com.", NULL);
+    match_is(g_sample, "A.STEAMCONTENT.COM", NULL);
+    match_is(g_sample, ".steamcontent.com", NULL);
+    match_is(g_sample, "a..steamcontent.com", NULL);
+    match_is(g_sample, ".lancache.steamcontent.com", NULL);
+    match_is(g_sample, "", NULL);
+    match_is(g_sample, NULL, NULL);
+    memset(long_host, 'a', sizeof(long_host));
+    strcpy(long_host + sizeof(long_host) - 20, ".steamcontent.com");
+    match_is(g_sample, long_host, NULL);
+}
+
+static void test_domains_match_null_domains_no_match(void **state)
+{
+    (void)state;
+    match_is(NULL, "lancache.steamcontent.com", NULL);
+    match_is(NULL, "a.steamcontent.com", NULL);
+}
+
+static void test_domains_match_most_specific_then_first_service(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d;
+    size_t services, names;
+
+    write_file(t->dir, "cache_domains.json",
+               "{\"cache_domains\": [\n"
+               "  {\"name\": \"a\", \"domain_files\": [\"a.txt\"]},\n"
+               "  {\"name\": \"b\", \"domain_files\": [\"b.txt\", \"a.txt\"]},\n"
+               "  {\"name\": \"c\", \"domain_files\": []}\n"
+               "]}\n");
+    write_file(t->dir, "a.txt", "*.example.com\ndup.example.org\n");
+    write_file(t->dir, "b.txt",
+               "dup.example.org\nx.example.com\n*.deep.example.com\n*.example.com\n");
+    d = load_ok(t->dir);
+    match_is(d, "dup.example.org", "a");    /* same entry twice: first service */
+    match_is(d, "y.example.com", "a");      /* same wildcard twice: first service */
+    match_is(d, "x.example.com", "b");      /* exact beats a wildcard */
+    match_is(d, "z.x.example.com", "a");    /* x.example.com is exact only */
+    match_is(d, "y.deep.example.com", "b"); /* longer wildcard beats a shorter one */
+    match_is(d, "a.b.y.deep.example.com", "b");
+    match_is(d, "deep.example.com", "a"); /* bare deep.example.com: only *.example.com */
+    domains_counts(d, &services, &names);
+    assert_int_equal(services, 3);
+    assert_int_equal(names, 4);
+    domains_free(&d);
+    assert_null(d);
+}
+
+/* ---- identify and the Steam rule ---- */
+
+static void test_domains_identify_list_match_first(void **state)
+{
+    (void)state;
+    assert_string_equal(
+        domains_identify(g_sample, "level3.blizzard.com", STEAM_UA, strlen(STEAM_UA), true),
+        "blizzard");
+    assert_string_equal(domains_identify(g_sample, "lancache.steamcontent.com", NULL, 0, false),
+                        "steam");
+    assert_null(domains_identify(g_sample, "example.com", NULL, 0, true));
+}
+
+static void test_domains_identify_steam_ua_inside_steamcontent(void **state)
+{
+    (void)state;
+    assert_string_equal(
+        domains_identify(NULL, "cache1-fra1.steamcontent.com", STEAM_UA, strlen(STEAM_UA), true),
+        "steam");
+    assert_string_equal(
+        domains_identify(NULL, "a.b.steamcontent.com", STEAM_UA, strlen(STEAM_UA), true), "steam");
+    /* The bare domain is not admitted by the rule (subdomains only, like "*.steamcontent.com"). */
+    assert_null(domains_identify(NULL, "steamcontent.com", STEAM_UA, strlen(STEAM_UA), true));
+}
+
+static void test_domains_identify_steam_ua_outside_steamcontent_refused(void **state)
+{
+    static const char *const hosts[] = {
+        "evilsteamcontent.com",
+        "xsteamcontent.com",
+        "steamcontent.com.evil.net",
+        "example.com",
+        "internal.lan",
+        "127.0.0.1",
+        "localhost",
+        ".steamcontent.com",
+        "a..steamcontent.com",
+        "a.steamcontent.com.",
+        "A.STEAMCONTENT.COM",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(hosts); i++) {
+        assert_null(domains_identify(NULL, hosts[i], STEAM_UA, strlen(STEAM_UA), true));
+        assert_null(domains_identify(g_sample, hosts[i], STEAM_UA, strlen(STEAM_UA), true));
+    }
+    assert_null(domains_identify(NULL, NULL, STEAM_UA, strlen(STEAM_UA), true));
+}
+
+static void test_domains_identify_steam_rule_off_refused(void **state)
+{
+    (void)state;
+    assert_null(
+        domains_identify(NULL, "cache1-fra1.steamcontent.com", STEAM_UA, strlen(STEAM_UA), false));
+}
+
+static void test_domains_identify_user_agent_variants(void **state)
+{
+    static const char mid[] = "Mozilla/5.0 Valve/Steam HTTP Client 1.0 (client)";
+    static const char with_nul[] = "x\0Valve/Steam HTTP Client 1.0";
+    const char *host = "c.steamcontent.com";
+
+    (void)state;
+    assert_string_equal(domains_identify(NULL, host, mid, strlen(mid), true), "steam");
+    assert_string_equal(
+        domains_identify(NULL, host, DOMAINS_STEAM_UA, strlen(DOMAINS_STEAM_UA), true), "steam");
+    /* ua_len bounds the search: the header need not be NUL-terminated. */
+    assert_string_equal(domains_identify(NULL, host, with_nul, sizeof(with_nul) - 1, true),
+                        "steam");
+    assert_null(domains_identify(NULL, host, STEAM_UA, strlen(DOMAINS_STEAM_UA) - 1, true));
+    assert_null(domains_identify(NULL, host, "Valve/Steam HTTP Client 1.1", 27, true));
+    assert_null(domains_identify(NULL, host, "valve/steam http client 1.0", 27, true));
+    assert_null(domains_identify(NULL, host, "curl/8.0", 8, true));
+    assert_null(domains_identify(NULL, host, NULL, 0, true));
+    assert_null(domains_identify(NULL, host, "", 0, true));
+}
+
+static void test_domains_counts_null_is_zero(void **state)
+{
+    size_t services = 7, names = 7;
+
+    (void)state;
+    domains_counts(NULL, &services, &names);
+    assert_int_equal(services, 0);
+    assert_int_equal(names, 0);
+    domains_counts(g_sample, NULL, NULL);
+    domains_free(NULL);
+}
+
+/* ---- list syntax ---- */
+
+static void test_domains_load_list_normalises_entries(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d;
+    size_t names;
+
+    write_one_service(t->dir, "\xef\xbb\xbf# a comment\r\n"
+                              "\r\n"
+                              "  Lancache.SteamContent.COM.  # trailing comment\r\n"
+                              "\t*.Dyn.RiotCDN.net.\t\n"
+                              "   # indented comment\n"
+                              "under_score-1.example.org\n"
+                              "single\n"
+                              "last.example.net");
+    d = load_ok(t->dir);
+    match_is(d, "lancache.steamcontent.com", "svc");
+    match_is(d, "x.dyn.riotcdn.net", "svc");
+    match_is(d, "dyn.riotcdn.net", NULL);
+    match_is(d, "under_score-1.example.org", "svc");
+    match_is(d, "single", "svc");
+    match_is(d, "last.example.net", "svc");
+    domains_counts(d, NULL, &names);
+    assert_int_equal(names, 5);
+    domains_free(&d);
+}
+
+static void test_domains_load_list_errors_file_line(void **state)
+{
+    struct tmp *t = *state;
+    char label64[80], name254[300], line[320];
+
+    list_err(t->dir, "ok.example.com\n# comment\n\nbad host.example.com\n",
+             "4: invalid name \"bad host.example.com\": invalid character ' '");
+    list_err(t->dir, "a.*.example.com\n",
+             "1: invalid name \"a.*.example.com\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, "ok.com\n*\n",
+             "2: invalid name \"*\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, "**.example.com\n",
+             "1: invalid name \"**.example.com\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, "*.*.example.com\n",
+             "1: invalid name \"*.*.example.com\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, "example*.com\n",
+             "1: invalid name \"example*.com\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, "a..example.com\n", "1: invalid name \"a..example.com\": empty label");
+    list_err(t->dir, ".example.com\n", "1: invalid name \".example.com\": empty label");
+    list_err(t->dir, "example.com..\n", "1: invalid name \"example.com..\": empty label");
+    list_err(t->dir, "*.\n",
+             "1: invalid name \"*.\": '*' is allowed only as a leading \"*.\" label");
+    list_err(t->dir, ".\n", "1: invalid name \".\": empty label");
+    list_err(t->dir, "*.com\n",
+             "1: invalid name \"*.com\": a wildcard over a single label (a top-level domain) is "
+             "refused");
+    list_err(t->dir, "ex\x01mple.com\n", "1: invalid name \"ex\\x01mple.com\": invalid byte 0x01");
+    list_err(t->dir, "h\xc3\xa9.example.com\n",
+             "1: invalid name \"h\\xc3\\xa9.example.com\": invalid byte 0xc3");
+    list_err(t->dir, "http://example.com/\n",
+             "1: invalid name \"http://example.com/\": invalid character ':'");
+
+    memset(label64, 'a', 64);
+    strcpy(label64 + 64, ".com\n");
+    snprintf(line, sizeof(line), "1: invalid name \"%.60s...\": label longer than 63 characters",
+             label64);
+    list_err(t->dir, label64, line);
+
+    for (size_t i = 0; i < 254; i += 2)
+        memcpy(name254 + i, "a.", 2);
+    name254[253] = 'b';
+    name254[254] = '\n';
+    name254[255] = '\0';
+    snprintf(line, sizeof(line), "1: invalid name \"%.60s...\": name longer than 253 characters",
+             name254);
+    list_err(t->dir, name254, line);
+}
+
+/* ---- cache_domains.json ---- */
+
+static void test_domains_load_json_unknown_members_ignored(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d;
+
+    write_file(
+        t->dir, "cache_domains.json",
+        "\xef\xbb\xbf{\n"
+        "  \"version\": 2, \"other\": null,\n"
+        "  \"cache_domains\": [\n"
+        "    {\"name\": \"svc\", \"description\": \"tab\\t quote\\\" \\u00e9\\ud83d\\ude00 \\/\",\n"
+        "     \"notes\": \"x\", \"mixed_content\": true, \"n\": [-0.5e+3, 0, 12, 1E2, false],\n"
+        "     \"deep\": {\"a\": {\"b\": [[], {}]}},\n"
+        "     \"domain_files\": [\"sub/list.txt\"]}\n"
+        "  ]\n"
+        "}\n");
+    {
+        char sub[128];
+
+        snprintf(sub, sizeof(sub), "%s/sub", t->dir);
+        assert_int_equal(mkdir(sub, 0700), 0);
+    }
+    write_file(t->dir, "sub/list.txt", "a.example.com\n");
+    d = load_ok(t->dir);
+    match_is(d, "a.example.com", "svc");
+    domains_free(&d);
+}
+
+static void test_domains_load_json_syntax_errors(void **state)
+{
+    struct tmp *t = *state;
+    char deep[200];
+    size_t o = 0;
+
+    json_err(t->dir, "", "1: unexpected end of file, expected a value");
+    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a\",\n",
+             "3: unexpected end of file, expected a member name");
+    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a", "2: unterminated string");
+    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a\n\"}]}",
+             "2: control character in a string (unterminated string?)");
+    json_err(t->dir, "{\"cache_domains\": []}\n}", "2: unexpected data after the top-level value");
+    json_err(t->dir, "{\"cache_domains\": [1,]}", "1: unexpected ']', expected a value");
+    json_err(t->dir, "{\"cache_domains\": [], }", "1: unexpected '}', expected a member name");
+    json_err(t->dir, "{\"cache_domains\" []}", "1: unexpected '[', expected ':'");
+    json_err(t->dir, "{'cache_domains': []}", "1: unexpected ''', expected a member name");
+    json_err(t->dir, "{\"a\": tru}", "1: unexpected 't', expected a value");
+    json_err(t->dir, "{\"a\": 01}", "1: unexpected '1', expected ',' or '}'");
+    json_err(t->dir, "{\"a\": -}", "1: unexpected '}', expected a digit");
+    json_err(t->dir, "{\"a\": 1.}", "1: unexpected '}', expected a digit");
+    json_err(t->dir, "{\"a\": 1e}", "1: unexpected '}', expected a digit");
+    json_err(t->dir, "{\"a\": \"\\x\"}", "1: bad escape '\\x'");
+    json_err(t->dir, "{\"a\": \"\\u12\"}", "1: bad \\u escape");
+    json_err(t->dir, "{\"a\": \"\\u00", "1: truncated \\u escape");
+    json_err(t->dir, "{\"a\": \"\\ud800\"}", "1: lone high surrogate in \\u escape");
+    json_err(t->dir, "{\"a\": \"\\ud800\\u0041\"}", "1: lone high surrogate in \\u escape");
+    json_err(t->dir, "{\"a\": \"\\udc00\"}", "1: lone low surrogate in \\u escape");
+    json_err(t->dir, "{\"a\": \"\\u0000\"}", "1: \\u0000 is not allowed in strings");
+    json_err(t->dir, "{\"a\": [1 2]}", "1: unexpected '2', expected ',' or ']'");
+    json_err(t->dir, "\x01", "1: unexpected byte 0x01, expected a value");
+
+    o += (size_t)snprintf(deep + o, sizeof(deep) - o, "{\"a\": ");
+    for (int i = 0; i < 40; i++)
+        deep[o++] = '[';
+    deep[o] = '\0';
+    json_err(t->dir, deep, "1: nesting deeper than 32 levels");
+}
+
+static void test_domains_load_json_schema_errors(void **state)
+{
+    struct tmp *t = *state;
+
+    write_file(t->dir, "a.txt", "a.example.com\n");
+    json_err(t->dir, "[]", "1: the top level must be an object");
+    json_err(t->dir, "{}", "1: \"cache_domains\" must be an array of services");
+    json_err(t->dir, "{\n\"cache_domains\":\n {}}",
+             "3: \"cache_domains\" must be an array of services");
+    json_err(t->dir, "{\"cache_domains\": [], \"cache_domains\": []}",
+             "1: duplicate member \"cache_domains\"");
+    json_err(t->dir, "{\"cache_domains\": [\n\"steam\"]}", "2: cache_domains[0] must be an object");
+    json_err(t->dir, "{\"cache_domains\": [\n{\"domain_files\": []}]}",
+             "2: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\"cache_domains\": [\n{\"name\":\n 5, \"domain_files\": []}]}",
+             "3: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"st eam\", \"domain_files\": []}]}",
+             "1: cache_domains[0]: service name must be 1-64 characters of A-Z a-z 0-9 . _ -");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"\", \"domain_files\": []}]}",
+             "1: cache_domains[0]: service name must be 1-64 characters of A-Z a-z 0-9 . _ -");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"a\", \"name\": \"b\"}]}",
+             "1: duplicate member \"name\"");
+    json_err(t->dir,
+             "{\"cache_domains\": [\n{\"name\": \"a\", \"domain_files\": []},\n"
+             "{\"name\": \"a\", \"domain_files\": []}]}",
+             "3: duplicate service \"a\"");
+    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"steam\",\n   \"description\": \"x\"}]}",
+             "2: service \"steam\": \"domain_files\" must be an array of file names");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"steam\",\n \"domain_files\": \"a.txt\"}]}",
+             "2: service \"steam\": \"domain_files\" must be an array of file names");
+    json_err(t->dir,
+             "{\"cache_domains\": [{\"name\": \"steam\",\n \"domain_files\": [\"a.txt\",\n 3]}]}",
+             "3: service \"steam\": \"domain_files\" must be an array of file names");
+    json_err(t->dir,
+             "{\"cache_domains\": [{\"name\": \"s\", \"domain_files\": [\"a.txt\"], "
+             "\"domain_files\": []}]}",
+             "1: service \"s\": duplicate member \"domain_files\"");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"s\", \"domain_files\": [\"../a.txt\"]}]}",
+             "1: service \"s\": domain file must be a relative path without \"..\"");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"s\", \"domain_files\": [\"x/../../a\"]}]}",
+             "1: service \"s\": domain file must be a relative path without \"..\"");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"s\", \"domain_files\": [\"/etc/hosts\"]}]}",
+             "1: service \"s\": domain file must be a relative path without \"..\"");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"s\", \"domain_files\": [\"\"]}]}",
+             "1: service \"s\": domain file must be a relative path without \"..\"");
+}
+
+static void test_domains_load_file_errors(void **state)
+{
+    struct tmp *t = *state;
+    char big[96], sub[128];
+    char *huge;
+
+    load_err(t->dir, "cache_domains.json:0: cannot read: No such file or directory");
+    write_file(t->dir, "cache_domains.json",
+               "{\"cache_domains\": [{\"name\": \"steam\", \"domain_files\": [\"nope.txt\"]}]}");
+    load_err(t->dir, "nope.txt:0: cannot read domain file of service \"steam\": No such file or "
+                     "directory");
+    snprintf(sub, sizeof(sub), "%s/nope.txt", t->dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    load_err(t->dir, "nope.txt:0: cannot read domain file of service \"steam\": Is a directory");
+    snprintf(sub, sizeof(sub), "%s/fifo.txt", t->dir);
+    assert_int_equal(mkfifo(sub, 0600), 0);
+    write_file(t->dir, "cache_domains.json",
+               "{\"cache_domains\": [{\"name\": \"steam\", \"domain_files\": [\"fifo.txt\"]}]}");
+    load_err(t->dir,
+             "fifo.txt:0: cannot read domain file of service \"steam\": not a regular file");
+
+    huge = malloc(((size_t)1 << 20) + 2);
+    assert_non_null(huge);
+    memset(huge, ' ', ((size_t)1 << 20) + 1);
+    memcpy(huge, "{}", 2);
+    write_file_len(t->dir, "cache_domains.json", huge, ((size_t)1 << 20) + 1);
+    free(huge);
+    load_err(t->dir, "cache_domains.json:0: cannot read: file too large");
+
+    /* A trailing slash on the directory does not double in messages. */
+    snprintf(big, sizeof(big), "%s/", t->dir);
+    {
+        char err[512] = "", want[512];
+
+        snprintf(want, sizeof(want), "%s/cache_domains.json:0: cannot read: file too large",
+                 t->dir);
+        assert_null(domains_load(big, err, sizeof(err)));
+        assert_string_equal(err, want);
+    }
+    /* A NULL or short error buffer is fine. */
+    assert_null(domains_load(t->dir, NULL, 0));
+    {
+        char err[8];
+
+        assert_null(domains_load(t->dir, err, sizeof(err)));
+        assert_int_equal(strlen(err), sizeof(err) - 1);
+    }
+}
+
+/* ---- DNS export ---- */
+
+static const char tiny_json[] = "{\"cache_domains\": [\n"
+                                "  {\"name\": \"alpha\", \"domain_files\": [\"a.txt\"]},\n"
+                                "  {\"name\": \"beta\", \"domain_files\": [\"b.txt\"]}\n"
+                                "]}\n";
+static const char tiny_a[] = "*.example.com\nwww.example.com\nexample.com\ndl.example.org\n";
+static const char tiny_b[] =
+    "dl.example.org\ncdn.example.net\neu.cdn.example.net\n*.x.cdn.example.net\n";
+
+static struct domains *load_tiny(const char *dir)
+{
+    write_file(dir, "cache_domains.json", tiny_json);
+    write_file(dir, "a.txt", tiny_a);
+    write_file(dir, "b.txt", tiny_b);
+    return load_ok(dir);
+}
+
+/* Runs the export into memory and compares with <want>. */
+static void export_is(const struct domains *d, const char *ip, enum domains_dns_format fmt,
+                      const char *want)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    assert_non_null(f);
+    assert_int_equal(domains_dns_export(d, ip, fmt, f), 0);
+    assert_int_equal(fclose(f), 0);
+    assert_string_equal(text, want);
+    free(text);
+}
+
+static void test_domains_dns_export_dnsmasq(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d = load_tiny(t->dir);
+
+    export_is(d, "10.0.0.2", DOMAINS_DNS_DNSMASQ,
+              "# generated by cacheparty dns --ip 10.0.0.2 --format dnsmasq\n"
+              "# alpha\n"
+              "address=/example.com/10.0.0.2\n"
+              "address=/dl.example.org/10.0.0.2\n"
+              "# beta\n"
+              "address=/cdn.example.net/10.0.0.2\n");
+    domains_free(&d);
+}
+
+static void test_domains_dns_export_unbound(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d = load_tiny(t->dir);
+
+    export_is(d, "10.0.0.2", DOMAINS_DNS_UNBOUND,
+              "# generated by cacheparty dns --ip 10.0.0.2 --format unbound\n"
+              "server:\n"
+              "    # alpha\n"
+              "    local-zone: \"example.com.\" redirect\n"
+              "    local-data: \"example.com. A 10.0.0.2\"\n"
+              "    local-data: \"dl.example.org. A 10.0.0.2\"\n"
+              "    # beta\n"
+              "    local-data: \"cdn.example.net. A 10.0.0.2\"\n"
+              "    local-data: \"eu.cdn.example.net. A 10.0.0.2\"\n"
+              "    local-zone: \"x.cdn.example.net.\" redirect\n"
+              "    local-data: \"x.cdn.example.net. A 10.0.0.2\"\n");
+    export_is(d, "fd00:0::0002", DOMAINS_DNS_UNBOUND,
+              "# generated by cacheparty dns --ip fd00::2 --format unbound\n"
+              "server:\n"
+              "    # alpha\n"
+              "    local-zone: \"example.com.\" redirect\n"
+              "    local-data: \"example.com. AAAA fd00::2\"\n"
+              "    local-data: \"dl.example.org. AAAA fd00::2\"\n"
+              "    # beta\n"
+              "    local-data: \"cdn.example.net. AAAA fd00::2\"\n"
+              "    local-data: \"eu.cdn.example.net. AAAA fd00::2\"\n"
+              "    local-zone: \"x.cdn.example.net.\" redirect\n"
+              "    local-data: \"x.cdn.example.net. AAAA fd00::2\"\n");
+    domains_free(&d);
+}
+
+static void test_domains_dns_export_hosts(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d = load_tiny(t->dir);
+
+    export_is(d, "192.168.1.10", DOMAINS_DNS_HOSTS,
+              "# generated by cacheparty dns --ip 192.168.1.10 --format hosts\n"
+              "# alpha\n"
+              "# skipped wildcard *.example.com (a hosts file cannot express it)\n"
+              "192.168.1.10 www.example.com\n"
+              "192.168.1.10 example.com\n"
+              "192.168.1.10 dl.example.org\n"
+              "# beta\n"
+              "192.168.1.10 cdn.example.net\n"
+              "192.168.1.10 eu.cdn.example.net\n"
+              "# skipped wildcard *.x.cdn.example.net (a hosts file cannot express it)\n");
+    domains_free(&d);
+}
+
+static void test_domains_dns_export_rpz(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d = load_tiny(t->dir);
+
+    export_is(d, "10.0.0.2", DOMAINS_DNS_RPZ,
+              "; generated by cacheparty dns --ip 10.0.0.2 --format rpz\n"
+              "; named.conf: response-policy { zone \"rpz.cacheparty\"; }; and\n"
+              "; zone \"rpz.cacheparty\" { type primary; file \"db.rpz.cacheparty\"; };\n"
+              "$TTL 60\n"
+              "@ IN SOA localhost. root.localhost. 1 3600 600 86400 60\n"
+              "@ IN NS localhost.\n"
+              "; alpha\n"
+              "*.example.com A 10.0.0.2\n"
+              "www.example.com A 10.0.0.2\n"
+              "example.com A 10.0.0.2\n"
+              "dl.example.org A 10.0.0.2\n"
+              "; beta\n"
+              "cdn.example.net A 10.0.0.2\n"
+              "eu.cdn.example.net A 10.0.0.2\n"
+              "*.x.cdn.example.net A 10.0.0.2\n");
+    domains_free(&d);
+}
+
+static void test_domains_dns_export_bad_ip_einval(void **state)
+{
+    static const char *const bad[] = {
+        "",
+        "10.0.0",
+        "10.0.0.256",
+        "010.0.0.1",
+        "not-an-ip",
+        "10.0.0.1 ",
+        "0.0.0.0",
+        "::",
+        "fe80::1%eth0",
+        "[::1]",
+        "1.2.3.4:53",
+        "::1::2",
+        "lancache.example.com",
+    };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    (void)state;
+    assert_non_null(f);
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        if (domains_dns_export(g_sample, bad[i], DOMAINS_DNS_DNSMASQ, f) != -EINVAL)
+            fail_msg("ip \"%s\" accepted", bad[i]);
+    }
+    assert_int_equal(domains_dns_export(g_sample, NULL, DOMAINS_DNS_HOSTS, f), -EINVAL);
+    assert_int_equal(domains_dns_export(g_sample, "10.0.0.1", (enum domains_dns_format)42, f),
+                     -EINVAL);
+    assert_int_equal(domains_dns_export(NULL, "10.0.0.1", DOMAINS_DNS_HOSTS, f), -ENOENT);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(len, 0); /* nothing written */
+    free(text);
+}
+
+static void test_domains_dns_export_write_error_eio(void **state)
+{
+    FILE *f = fopen("/dev/full", "w");
+
+    (void)state;
+    if (f == NULL)
+        skip();
+    assert_int_equal(domains_dns_export(g_sample, "10.0.0.1", DOMAINS_DNS_RPZ, f), -EIO);
+    fclose(f);
+}
+
+static void test_domains_dns_export_sample_every_format(void **state)
+{
+    (void)state;
+    for (int fmt = DOMAINS_DNS_DNSMASQ; fmt <= DOMAINS_DNS_RPZ; fmt++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+
+        assert_non_null(f);
+        assert_int_equal(domains_dns_export(g_sample, "10.1.2.3", fmt, f), 0);
+        assert_int_equal(fclose(f), 0);
+        assert_non_null(strstr(text, "steamcontent.com"));
+        free(text);
+    }
+}
+
+static void test_domains_dns_format_parse_names(void **state)
+{
+    enum domains_dns_format fmt = DOMAINS_DNS_HOSTS;
+
+    (void)state;
+    assert_int_equal(domains_dns_format_parse("dnsmasq", &fmt), 0);
+    assert_int_equal(fmt, DOMAINS_DNS_DNSMASQ);
+    assert_int_equal(domains_dns_format_parse("unbound", &fmt), 0);
+    assert_int_equal(fmt, DOMAINS_DNS_UNBOUND);
+    assert_int_equal(domains_dns_format_parse("hosts", &fmt), 0);
+    assert_int_equal(fmt, DOMAINS_DNS_HOSTS);
+    assert_int_equal(domains_dns_format_parse("rpz", &fmt), 0);
+    assert_int_equal(fmt, DOMAINS_DNS_RPZ);
+    assert_int_equal(domains_dns_format_parse("DNSMASQ", &fmt), -EINVAL);
+    assert_int_equal(domains_dns_format_parse("bind", &fmt), -EINVAL);
+    assert_int_equal(domains_dns_format_parse("", &fmt), -EINVAL);
+    assert_int_equal(domains_dns_format_parse(NULL, &fmt), -EINVAL);
+    assert_int_equal(fmt, DOMAINS_DNS_RPZ);
+    for (int i = DOMAINS_DNS_DNSMASQ; i <= DOMAINS_DNS_RPZ; i++) {
+        assert_int_equal(domains_dns_format_parse(domains_dns_format_name(i), &fmt), 0);
+        assert_int_equal(fmt, i);
+    }
+}
+
+/* ---- scale ---- */
+
+#define BIG_NAMES 10000
+#define BIG_MATCHES 1000000
+
+static void test_domains_match_10k_names_1m_lookups_no_alloc(void **state)
+{
+    struct tmp *t = *state;
+    static char hosts[8][64];
+    static const char *const want[8] = {"one", "two", "one", "two", NULL, NULL, NULL, "two"};
+    struct domains *d;
+    size_t names, allocs, hits = 0;
+    char *list;
+    size_t o = 0, cap = (size_t)BIG_NAMES * 40;
+
+    list = malloc(cap);
+    assert_non_null(list);
+    write_file(t->dir, "cache_domains.json",
+               "{\"cache_domains\": [{\"name\": \"one\", \"domain_files\": [\"1.txt\"]},\n"
+               "{\"name\": \"two\", \"domain_files\": [\"2.txt\"]}]}\n");
+    for (int i = 0; i < BIG_NAMES / 2; i++) {
+        o += (size_t)snprintf(list + o, cap - o,
+                              i % 10 == 0 ? "*.w%d.one.example\n" : "h%d.one.example\n", i);
+    }
+    write_file(t->dir, "1.txt", list);
+    o = 0;
+    for (int i = 0; i < BIG_NAMES / 2; i++) {
+        o += (size_t)snprintf(list + o, cap - o,
+                              i % 10 == 0 ? "*.w%d.two.example.net\n" : "h%d.two.example.net\n", i);
+    }
+    write_file(t->dir, "2.txt", list);
+    free(list);
+
+    d = load_ok(t->dir);
+    domains_counts(d, NULL, &names);
+    assert_int_equal(names, BIG_NAMES);
+
+    snprintf(hosts[0], sizeof(hosts[0]), "h4321.one.example");
+    snprintf(hosts[1], sizeof(hosts[1]), "a.b.w4990.two.example.net");
+    snprintf(hosts[2], sizeof(hosts[2]), "x.w0.one.example");
+    snprintf(hosts[3], sizeof(hosts[3]), "h1.two.example.net");
+    snprintf(hosts[4], sizeof(hosts[4]), "h4320.one.example"); /* *.w4320 only */
+    snprintf(hosts[5], sizeof(hosts[5]), "h99999.one.example");
+    snprintf(hosts[6], sizeof(hosts[6]), "w10.two.example.net");
+    snprintf(hosts[7], sizeof(hosts[7]), "cdn.h4999.two.example.net.w10.two.example.net");
+    for (size_t i = 0; i < ARRAY_SIZE(hosts); i++)
+        match_is(d, hosts[i], want[i]);
+
+    allocs = g_allocs;
+    for (size_t i = 0; i < BIG_MATCHES; i++) {
+        if (domains_identify(d, hosts[i % ARRAY_SIZE(hosts)], STEAM_UA, strlen(STEAM_UA), true))
+            hits++;
+    }
+    assert_int_equal(g_allocs, allocs);
+    assert_int_equal(hits, BIG_MATCHES / 8 * 5);
+    domains_free(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_domains_load_sample_counts),
+        cmocka_unit_test(test_domains_match_exact_names),
+        cmocka_unit_test(test_domains_match_wildcard_subdomains),
+        cmocka_unit_test(test_domains_match_wildcard_not_bare_domain),
+        cmocka_unit_test(test_domains_match_lookalikes_refused),
+        cmocka_unit_test(test_domains_match_host_not_normalised_no_match),
+        cmocka_unit_test(test_domains_match_null_domains_no_match),
+        cmocka_unit_test_setup_teardown(test_domains_match_most_specific_then_first_service,
+                                        tmp_setup, tmp_teardown),
+        cmocka_unit_test(test_domains_identify_list_match_first),
+        cmocka_unit_test(test_domains_identify_steam_ua_inside_steamcontent),
+        cmocka_unit_test(test_domains_identify_steam_ua_outside_steamcontent_refused),
+        cmocka_unit_test(test_domains_identify_steam_rule_off_refused),
+        cmocka_unit_test(test_domains_identify_user_agent_variants),
+        cmocka_unit_test(test_domains_counts_null_is_zero),
+        cmocka_unit_test_setup_teardown(test_domains_load_list_normalises_entries, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_list_errors_file_line, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_unknown_members_ignored, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_syntax_errors, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_schema_errors, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_file_errors, tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_dns_export_dnsmasq, tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_dns_export_unbound, tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_dns_export_hosts, tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_dns_export_rpz, tmp_setup, tmp_teardown),
+        cmocka_unit_test(test_domains_dns_export_bad_ip_einval),
+        cmocka_unit_test(test_domains_dns_export_write_error_eio),
+        cmocka_unit_test(test_domains_dns_export_sample_every_format),
+        cmocka_unit_test(test_domains_dns_format_parse_names),
+        cmocka_unit_test_setup_teardown(test_domains_match_10k_names_1m_lookups_no_alloc, tmp_setup,
+                                        tmp_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, sample_setup, sample_teardown);
+}
