@@ -6,17 +6,19 @@
  * All clients connect first; when every connection is up (the barrier) they send their first
  * request at the same loop iteration. Per request it records the time the request was sent, the
  * time the first body byte arrived (TTFB) and the time the last body byte arrived, and it checks
- * the status, Content-Length, Content-Range and every body byte against bench/pattern.h (in
- * -verify sample mode: the first 64 KiB of every MiB and the last 64 KiB of every body). A failed
- * request closes the connection; the client reconnects and goes on with its next request.
+ * the status, Content-Length, Content-Range and every body byte against bench/pattern.h. With
+ * -v sample it checks the first 64 KiB of every MiB and the last 64 KiB of every body, and drops
+ * the other bytes in the kernel (recv MSG_TRUNC) where it can. A failed request closes the
+ * connection; the client reconnects and goes on with its next request.
  *
- * Scenarios: big (one object of -big-size per client), chunks (the same -chunks objects of
- * -chunk-size, each client in its own seeded random order) and ranges (one -archive-size object
- * cut by each client into seeded random pieces of 64 KiB..4 MiB at unaligned offsets, read in a
- * seeded random order as Range requests; every 206 and Content-Range is checked).
+ * Scenarios (-s): big (one object of -B bytes for every client), chunks (the same -k objects of -K
+ * bytes, each client in its own seeded random order) and ranges (one object of -A bytes, cut by
+ * each client into seeded random pieces of 64 KiB..4 MiB at unaligned offsets and read in a seeded
+ * random order as Range requests; every 206 and Content-Range is checked).
  *
- * -mode firsthit: one client retries connecting every 5 ms and requests cached chunks in order
- * until a response says X-Upstream-Cache-Status: HIT; prints the times since -t0 (epoch ns).
+ * -f T0_NS (first-hit mode): one client retries connecting every 5 ms and requests the cached
+ * chunks in order until a response says X-Upstream-Cache-Status: HIT; it prints the times since
+ * T0 (epoch nanoseconds, taken by the harness just before it restarted the proxy).
  *
  * Output: one line of key=value pairs on stdout (see bench/README.md); diagnostics on stderr.
  * Every loop is bounded: the phase ends at -T seconds at the latest (unfinished requests fail).

@@ -25,7 +25,7 @@ CLIENTS=
 MODE=full
 TARGETS=
 usage() {
-    sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 while [ $# -gt 0 ]; do
