@@ -19,6 +19,7 @@ struct ev_loop;
 struct resolver;
 struct upool;
 struct domains;
+struct cache;
 
 /* What every connection borrows; owned by main. */
 struct conn_ctx {
@@ -26,6 +27,7 @@ struct conn_ctx {
     struct resolver *resolver;
     struct upool *upool;
     const struct domains *domains; /* cache-domains lists, NULL when none are configured */
+    struct cache *cache;           /* the chunk cache; NULL: forward everything uncached */
     bool has_override;             /* [upstream] override: every request goes to override_addr */
     struct sockaddr_storage override_addr;
     void (*on_closed)(void); /* after a conn is freed (server re-enables accepting) */

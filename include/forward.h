@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "http1.h"
 
@@ -53,6 +54,27 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
  */
 size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
                           const char *extra, char *out, size_t cap);
+
+/* A response served from the cache: status and the object's stored metadata. */
+struct fwd_cache_head {
+    int status;          /* 200, 206, 304 or 416 */
+    uint64_t total;      /* object length */
+    uint64_t start, end; /* 206: the range sent (inclusive) */
+    const char *etag;    /* "" when absent */
+    const char *last_modified;
+    const char *content_type;
+    const char *hostname;
+    const char *cache_status; /* "HIT" | "MISS" */
+    bool keep_alive;
+    int client_minor;
+};
+
+/*
+ * The head of a cached response: Content-Length (200: total, 206: the range, 416: its short
+ * body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A 416
+ * response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
+ */
+size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap);
 
 /* The body length fwd_local_response() writes for <status>. */
 size_t fwd_local_body_len(int status, bool head_req);

@@ -12,14 +12,15 @@
  * | CLOSING   | the reaper (watchers stopped, nothing happens)    | -                     |
  *
  * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
- * update_io() alone decides watcher interest and update_timer() the one timer. A request's head is
- * copied out of <in> (req_head) so that <in> can take the next pipelined request while the
- * response runs; the next request is parsed only once the current response is fully queued.
- * Bounded memory: <in> holds one head (H1_MAX_HEAD + slack), <out> CONN_OUTBUF; when <out> is
- * full the upstream is paused (back-pressure), and a client that takes nothing for send_timeout
+ * conn_update_io() alone decides watcher interest and conn_update_timer() the one timer. A
+ * request's head is copied out of <in> (req_head) so that <in> can take the next pipelined request
+ * while the response runs; the next request is parsed only once the current response is fully
+ * queued. Bounded memory: <in> holds one head (H1_MAX_HEAD + slack), <out> CONN_OUTBUF; when <out>
+ * is full the upstream is paused (back-pressure), and a client that takes nothing for send_timeout
  * is closed.
  */
 #include "conn.h"
+#include "conn_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,76 +44,7 @@
 #include "upstream.h"
 #include "util.h"
 
-#define CONN_MAGIC 0xc0cc0cc0u
-#define CONN_INBUF (H1_MAX_HEAD + 4096)
-#define CONN_OUTBUF (64 * 1024)
-#define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
-
 extern const struct config *g_cfg;
-
-#define CONN_STATES(X)                                                                             \
-    X(CONN_S_READ_HEAD)                                                                            \
-    X(CONN_S_RESOLVE)                                                                              \
-    X(CONN_S_UPSTREAM)                                                                             \
-    X(CONN_S_STREAM)                                                                               \
-    X(CONN_S_FLUSH)                                                                                \
-    X(CONN_S_CLOSING)
-
-enum conn_state {
-#define CONN_SX(s) s,
-    CONN_STATES(CONN_SX)
-#undef CONN_SX
-};
-
-static const char *const conn_state_names[] = {
-#define CONN_SX(s) #s,
-    CONN_STATES(CONN_SX)
-#undef CONN_SX
-};
-
-struct conn {
-    unsigned magic;
-    unsigned id;
-    enum conn_state state;
-    struct conn_ctx *ctx; /* borrows */
-    int fd;               /* owns */
-    ev_io io;
-    unsigned io_events;
-    ev_timer timer;
-    ev_tstamp deadline;   /* when the timer should act; 0 = none */
-    ev_tstamp idle_since; /* READ_HEAD with nothing buffered: since when */
-    ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
-    ev_tstamp last_write; /* last time the client took bytes */
-    char peer[64];
-    char peer_ip[48];
-    struct conn *next, **pprev; /* all live conns */
-    struct conn *reap_next;
-    struct conn *kick_next;
-    bool kicked;
-    struct buf in;  /* owns */
-    struct buf out; /* owns; allocated while a response is in progress or pending */
-    bool peer_eof;
-    bool draining; /* shutdown: close after the current response */
-    unsigned served;
-
-    /* The current request. */
-    char *req_head; /* owns: copy of the head that the spans of <req> point into */
-    struct h1_req req;
-    struct h1_authority auth;
-    const char *ident; /* cache identifier: a service name (borrowed from the domains
-                          lists, which live until exit) or auth.ident */
-    bool head_req;
-    bool keep_alive; /* keep the connection after this response */
-    bool bypass;
-    bool proxied;    /* went (or was going) upstream: has an identifier */
-    bool logged;     /* the access log line is written */
-    bool local_resp; /* answered by the proxy itself (cache status "-") */
-    int status;
-    enum fwd_body body; /* framing towards the client */
-    uint64_t body_bytes;
-    struct resolver_query *rq; /* owns while RESOLVE */
-    struct upstream *up;       /* owns while UPSTREAM/STREAM */
-};
 
 static struct conn *conns;
 static unsigned n_conns;
@@ -122,12 +54,15 @@ static struct conn *kick_list;
 static ev_prepare reaper; /* runs kicked drivers, then frees closed conns */
 static struct ev_loop *module_loop;
 
-static void conn_close(struct conn *c);
 static void conn_kick(struct conn *c);
-static void update_io(struct conn *c);
-static void update_timer(struct conn *c);
 
-static void conn_set_state(struct conn *c, enum conn_state st)
+const char *const conn_state_names[] = {
+#define CONN_SX(s) #s,
+    CONN_STATES(CONN_SX)
+#undef CONN_SX
+};
+
+void conn_set_state(struct conn *c, enum conn_state st)
 {
     log_debug("conn#%u %s %s -> %s", c->id, c->peer, conn_state_names[c->state],
               conn_state_names[st]);
@@ -149,7 +84,7 @@ static void count_status(int status)
         g_stats.resp_5xx++;
 }
 
-static void out_ensure(struct conn *c)
+void conn_out_ensure(struct conn *c)
 {
     if (!buf_is_alloc(&c->out))
         buf_alloc(&c->out, CONN_OUTBUF);
@@ -216,7 +151,7 @@ static void log_access(struct conn *c)
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
         e.host = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
         if (!c->local_resp)
-            e.cache_status = "MISS"; /* lancache's column: BYPASS is logged as MISS */
+            e.cache_status = c->cached && !c->first_miss ? "HIT" : "MISS"; /* BYPASS: MISS */
     }
     e.status = c->status;
     e.bytes = c->body_bytes;
@@ -228,6 +163,7 @@ static void req_reset(struct conn *c)
 {
     resolver_cancel(&c->rq);
     upstream_cancel(&c->up);
+    conn_cache_reset(c);
     free(c->req_head);
     c->req_head = NULL;
     c->status = 0;
@@ -239,7 +175,7 @@ static void req_reset(struct conn *c)
 }
 
 /* The response is fully queued: next request, or close once flushed. */
-static void response_done(struct conn *c)
+void conn_response_done(struct conn *c)
 {
     count_status(c->status);
     log_access(c);
@@ -258,9 +194,9 @@ static void response_done(struct conn *c)
 }
 
 /* Queues a proxy-made response and finishes the request. <close> forces Connection: close. */
-static void local_response(struct conn *c, int status, bool close_after, const char *extra)
+void conn_local_response(struct conn *c, int status, bool close_after, const char *extra)
 {
-    out_ensure(c);
+    conn_out_ensure(c);
     buf_compact(&c->out);
     if (close_after || c->req.version_minor == 0)
         c->keep_alive = false;
@@ -271,7 +207,7 @@ static void local_response(struct conn *c, int status, bool close_after, const c
     c->status = status;
     c->local_resp = true;
     c->body_bytes = fwd_local_body_len(status, c->head_req);
-    response_done(c);
+    conn_response_done(c);
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp);
@@ -286,7 +222,7 @@ static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
     struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
     size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
     if (n == 0) {
-        local_response(c, 431, true, NULL);
+        conn_local_response(c, 431, true, NULL);
         return;
     }
     struct upstream_req ur;
@@ -306,7 +242,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     c->rq = NULL;
     if (err != 0) {
         log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
-        local_response(c, 502, false, NULL);
+        conn_local_response(c, 502, false, NULL);
     } else {
         const struct sockaddr_storage *pick = NULL;
         for (size_t i = 0; i < n && pick == NULL; i++)
@@ -316,13 +252,13 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
             log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
                      c->auth.host);
             g_stats.forbidden++;
-            local_response(c, 403, false, NULL);
+            conn_local_response(c, 403, false, NULL);
         } else {
             start_upstream(c, pick);
         }
     }
-    update_io(c);
-    update_timer(c);
+    conn_update_io(c);
+    conn_update_timer(c);
 }
 
 /* Acts on a parsed request head held in c->req_head / c->req. */
@@ -335,36 +271,37 @@ static void handle_request(struct conn *c)
     c->keep_alive = req->keep_alive && g_cfg->keepalive_timeout_ms > 0;
 
     if (req->method == H1_M_CONNECT) {
-        local_response(c, 405, true, "Allow: GET, HEAD\r\n");
+        conn_local_response(c, 405, true, "Allow: GET, HEAD\r\n");
         return;
     }
     if (req->method == H1_M_OTHER) {
         /* A body we will not read means we cannot find the next request: close. */
-        local_response(c, 405, req->has_body || req->has_te, "Allow: GET, HEAD\r\n");
+        conn_local_response(c, 405, req->has_body || req->has_te, "Allow: GET, HEAD\r\n");
         return;
     }
     const char *hb = "/lancache-heartbeat";
     if (req->path_only.len == strlen(hb) && memcmp(h + req->path_only.off, hb, strlen(hb)) == 0) {
-        local_response(c, 204, false,
-                       "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
+        conn_local_response(
+            c, 204, false,
+            "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
         return;
     }
     if (fwd_is_loop(h, req, g_cfg->hostname)) {
         log_warn("conn#%u %s: loop detected (%s already in X-LanCache-Processed-By)", c->id,
                  c->peer, g_cfg->hostname);
         g_stats.loops++;
-        local_response(c, 508, false, NULL);
+        conn_local_response(c, 508, false, NULL);
         return;
     }
     if (h1_authority_parse(h + req->authority.off, req->authority.len, &c->auth) < 0) {
         g_stats.client_bad_request++;
-        local_response(c, 400, true, NULL);
+        conn_local_response(c, 400, true, NULL);
         return;
     }
     if (c->auth.is_ip && !g_cfg->allow_private) {
         log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
         g_stats.forbidden++;
-        local_response(c, 403, false, NULL);
+        conn_local_response(c, 403, false, NULL);
         return;
     }
     const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
@@ -376,12 +313,20 @@ static void handle_request(struct conn *c)
         log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
                  c->auth.host);
         g_stats.forbidden++;
-        local_response(c, 403, false, NULL);
+        conn_local_response(c, 403, false, NULL);
         return;
     }
     c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
     c->proxied = true;
+    if (c->bypass || c->ctx->cache == NULL)
+        conn_forward_begin(c);
+    else
+        conn_cache_begin(c);
+}
 
+void conn_forward_begin(struct conn *c)
+{
+    c->cached = false;
     if (c->ctx->has_override) {
         start_upstream(c, &c->ctx->override_addr);
     } else if (c->auth.is_ip) {
@@ -396,7 +341,7 @@ static void handle_request(struct conn *c)
             s4->sin_family = AF_INET;
             s4->sin_port = htons(c->auth.port);
         } else {
-            local_response(c, 400, true, NULL);
+            conn_local_response(c, 400, true, NULL);
             return;
         }
         start_upstream(c, &ss);
@@ -412,7 +357,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     CHECK_OBJ(c, CONN_MAGIC);
     if (c->state == CONN_S_CLOSING)
         return;
-    out_ensure(c);
+    conn_out_ensure(c);
     buf_compact(&c->out);
     struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
                               c->head_req, c->keep_alive && !c->draining};
@@ -427,7 +372,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     if (c->body == FWD_BODY_CLOSE || !o.keep_alive)
         c->keep_alive = false;
     conn_set_state(c, CONN_S_STREAM);
-    update_io(c);
+    conn_update_io(c);
 }
 
 static size_t sink_body(void *arg, const char *data, size_t len)
@@ -479,8 +424,8 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         g_stats.bytes_bypass += taken;
     else
         g_stats.bytes_miss += taken;
-    update_io(c);
-    update_timer(c);
+    conn_update_io(c);
+    conn_update_timer(c);
     return taken;
 }
 
@@ -498,11 +443,11 @@ static void sink_done(void *arg, enum up_err err)
         }
         if (c->body == FWD_BODY_CLOSE)
             c->keep_alive = false;
-        response_done(c);
+        conn_response_done(c);
     } else if (c->state == CONN_S_UPSTREAM) {
         int status =
             (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504 : 502;
-        local_response(c, status, false, NULL);
+        conn_local_response(c, status, false, NULL);
     } else {
         /* Failure after the head went out: the client sees a short body, then the close. */
         log_info("conn#%u %s: origin failed mid-body after %llu bytes: closing", c->id, c->peer,
@@ -514,8 +459,8 @@ static void sink_done(void *arg, enum up_err err)
         conn_set_state(c, CONN_S_FLUSH);
         conn_kick(c); /* closes at once if nothing is left to write */
     }
-    update_io(c);
-    update_timer(c);
+    conn_update_io(c);
+    conn_update_timer(c);
 }
 
 /* One step of the state machine; returns true if it made progress. */
@@ -558,7 +503,7 @@ static bool conn_step(struct conn *c)
             c->keep_alive = false;
             buf_reset(&c->in);
             c->peer_eof = true; /* read nothing more from this client */
-            local_response(c, (int)-n, true, NULL);
+            conn_local_response(c, (int)-n, true, NULL);
             return true;
         }
         c->req_head = xmalloc((size_t)n);
@@ -568,6 +513,9 @@ static bool conn_step(struct conn *c)
         handle_request(c);
         return true;
     }
+    case CONN_S_CACHE_HEAD:
+    case CONN_S_CACHE_BODY:
+        return conn_cache_step(c);
     case CONN_S_FLUSH:
         if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0) {
             conn_close(c);
@@ -579,12 +527,12 @@ static bool conn_step(struct conn *c)
     }
 }
 
-static void update_io(struct conn *c)
+void conn_update_io(struct conn *c)
 {
     unsigned ev = 0;
     if (c->state == CONN_S_CLOSING)
         return;
-    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0)
+    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
         ev |= EV_WRITE;
     if (!c->peer_eof && c->state != CONN_S_FLUSH &&
         (buf_room(&c->in) > 0 || c->in.pos > c->in.start))
@@ -600,12 +548,12 @@ static void update_io(struct conn *c)
 }
 
 /* The one timer: the earliest applicable deadline for the current state. */
-static void update_timer(struct conn *c)
+void conn_update_timer(struct conn *c)
 {
     ev_tstamp now = ev_now(c->ctx->loop), dl = 0;
     if (c->state == CONN_S_CLOSING)
         return;
-    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write) {
         dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
     } else if (c->state == CONN_S_READ_HEAD) {
         if (buf_len(&c->in) > 0 && c->head_since > 0)
@@ -634,7 +582,7 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
     struct conn *c = container_of(w, struct conn, timer);
     CHECK_OBJ(c, CONN_MAGIC);
     if (c->deadline == 0 || ev_now(loop) < c->deadline - 0.001) {
-        update_timer(c);
+        conn_update_timer(c);
         return;
     }
     if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
@@ -649,8 +597,6 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
     conn_close(c);
 }
 
-static void conn_drive(struct conn *c);
-
 static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
@@ -658,6 +604,7 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
     CHECK_OBJ(c, CONN_MAGIC);
 
     if (revents & EV_WRITE) {
+        c->blocked_write = false;
         if (!flush_out(c))
             return;
         if (c->up != NULL && c->state == CONN_S_STREAM && buf_len(&c->out) < CONN_OUTBUF / 2)
@@ -687,30 +634,34 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
     conn_drive(c);
 }
 
-/* Steps while progress is made, writes what is queued, recomputes interest and timer. */
-static void conn_drive(struct conn *c)
+void conn_drive(struct conn *c)
 {
-    while (c->state != CONN_S_CLOSING && conn_step(c)) {
-    }
-    if (c->state == CONN_S_CLOSING)
-        return;
-    /* A local response queued by a step is written at once rather than next iteration. */
-    if (buf_is_alloc(&c->out) && buf_len(&c->out) > 0) {
+    for (;;) {
+        while (c->state != CONN_S_CLOSING && conn_step(c)) {
+        }
+        if (c->state == CONN_S_CLOSING)
+            return;
+        if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0)
+            break;
+        /* What a step queued (a head, a local response) is written at once. */
         if (!flush_out(c))
             return;
         if (c->state == CONN_S_FLUSH && buf_len(&c->out) == 0) {
             conn_close(c);
             return;
         }
+        /* A cached body follows its head once the head is out: step again. */
+        if (buf_len(&c->out) > 0 || c->state != CONN_S_CACHE_BODY)
+            break;
     }
     /* Release <out>'s memory while idle between requests. */
     if (c->state == CONN_S_READ_HEAD && buf_is_alloc(&c->out) && buf_len(&c->out) == 0)
         buf_free(&c->out);
-    update_io(c);
-    update_timer(c);
+    conn_update_io(c);
+    conn_update_timer(c);
 }
 
-static void conn_close(struct conn *c)
+void conn_close(struct conn *c)
 {
     if (c->state == CONN_S_CLOSING)
         return;
@@ -824,8 +775,8 @@ void conn_new(struct conn_ctx *ctx, int fd, const struct sockaddr_storage *peer)
     g_stats.conn_open++;
     g_stats.conn_accepted++;
     log_debug("conn#%u %s: accepted", c->id, c->peer);
-    update_io(c);
-    update_timer(c);
+    conn_update_io(c);
+    conn_update_timer(c);
 }
 
 unsigned conn_count(void)

@@ -172,6 +172,46 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
     return out_done(&w);
 }
 
+size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap)
+{
+    struct out w = {out, 0, cap, false};
+    putf(&w, "HTTP/1.1 %d %s\r\n", h->status, h1_reason(h->status));
+    if (h->content_type[0] != '\0' && h->status != 416)
+        putf(&w, "Content-Type: %s\r\n", h->content_type);
+    if (h->etag[0] != '\0')
+        putf(&w, "ETag: %s\r\n", h->etag);
+    if (h->last_modified[0] != '\0')
+        putf(&w, "Last-Modified: %s\r\n", h->last_modified);
+    puts_(&w, "Accept-Ranges: bytes\r\n");
+    switch (h->status) {
+    case 206:
+        putf(&w, "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
+             (unsigned long long)h->start, (unsigned long long)h->end, (unsigned long long)h->total,
+             (unsigned long long)(h->end - h->start + 1));
+        break;
+    case 416:
+        putf(&w,
+             "Content-Range: bytes */%llu\r\nContent-Type: text/plain\r\n"
+             "Content-Length: %zu\r\n",
+             (unsigned long long)h->total, fwd_local_body_len(416, false));
+        break;
+    case 304:
+        break;
+    default:
+        putf(&w, "Content-Length: %llu\r\n", (unsigned long long)h->total);
+        break;
+    }
+    if (!h->keep_alive)
+        puts_(&w, "Connection: close\r\n");
+    else if (h->client_minor == 0)
+        puts_(&w, "Connection: keep-alive\r\n");
+    putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", h->hostname,
+         h->cache_status);
+    if (h->status == 416 && !head_req)
+        putf(&w, "416 %s\n", h1_reason(416));
+    return out_done(&w);
+}
+
 size_t fwd_local_body_len(int status, bool head_req)
 {
     if (head_req || status == 204 || status == 304 || status < 200)

@@ -21,9 +21,11 @@
 #include <ev.h>
 
 #include "access.h"
+#include "cache.h"
 #include "config.h"
 #include "conn.h"
 #include "domains.h"
+#include "fetch.h"
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
@@ -46,6 +48,7 @@ static struct domains **domain_sets;
 static size_t n_domain_sets;
 
 static struct conn_ctx ctx;
+static struct fetch_ctx fctx;
 static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
 static ev_timer shutdown_timer;
 static ev_prepare flush_logs; /* writes buffered access log lines once per loop iteration */
@@ -428,6 +431,17 @@ int main(int argc, char **argv)
         goto out_loop;
     }
     ctx.upool = upool_new(loop);
+    ctx.cache = cache_new(loop, cfg, err, sizeof(err));
+    if (ctx.cache == NULL) {
+        fprintf(stderr, "cacheparty: %s\n", err);
+        goto out_pool;
+    }
+    fctx.loop = loop;
+    fctx.resolver = ctx.resolver;
+    fctx.upool = ctx.upool;
+    fctx.has_override = ctx.has_override;
+    fctx.override_addr = ctx.override_addr;
+    fetch_module_init(&fctx);
     conn_module_init(&ctx);
     if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {
         fprintf(stderr, "cacheparty: %s\n", err);
@@ -462,7 +476,10 @@ int main(int argc, char **argv)
     server_stop();
 out_modules:
     conn_module_fini();
-    ASSERT(upstream_live() == 0);
+    fetch_cancel_all();
+    cache_free(&ctx.cache);
+    ASSERT(upstream_live() == 0 && cache_live_chunks() == 0);
+out_pool:
     upool_free(&ctx.upool);
     resolver_free(&ctx.resolver);
 out_loop:

@@ -30,10 +30,16 @@ class Domains(H.CPTestCase):
 
     def test_listed_hosts_get_their_service(self):
         self.start()
-        for host in ("lancache.steamcontent.com", "cache7-fra1.steamcontent.com",
-                     "level3.blizzard.com"):
-            self.assertBody(self.get("/b14/a/size/100", host=host), "/b14/a/size/100")
+        for i, host in enumerate(("lancache.steamcontent.com", "cache7-fra1.steamcontent.com",
+                                  "level3.blizzard.com")):
+            p = "/b14/a%d/size/100" % i
+            self.assertBody(self.get(p, host=host), p)
         self.assertEqual(self.idents(3), ["steam", "steam", "blizzard"])
+        self.assertEqual(self.origin.request_count(), 3)
+        # one identifier, one cache key: the same path from another steam host is a hit
+        r = self.get("/b14/a0/size/100", host="cache7-fra1.steamcontent.com")
+        self.assertBody(r, "/b14/a0/size/100")
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
         self.assertEqual(self.origin.request_count(), 3)
 
     def test_lookalikes_and_unlisted_refused(self):

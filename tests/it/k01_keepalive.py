@@ -19,7 +19,9 @@ class KeepAlive(H.CPTestCase):
             self.assertStatus(r, 200)
             self.assertBody(r, p)
         self.assertTrue(c.is_open(0.1), "client connection closed after 20 requests")
-        self.assertEqual(self.origin.request_count(), 20)
+        # 18 fills; the two empty objects answer the fill's Range with 416, and are then
+        # forwarded as asked (an empty object has no chunk to store)
+        self.assertEqual(self.origin.request_count(), 22)
         self.assertLessEqual(self.origin.connections, 2,
                              "origin accepted %d connections for 20 sequential requests"
                              % self.origin.connections)

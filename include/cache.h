@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * cache: the chunk cache. An object (cache key "identifier\npath") is cut into chunks of
+ * [cache] chunk_size bytes; chunk i holds bytes [i*chunk_size, (i+1)*chunk_size) of the object.
+ *
+ * Tiers:
+ * - memory: a table (object hash, index) -> struct chunk holding in-flight (FILLING) and recently
+ *   filled (SEALED) chunks, within [cache] memory_size; sealed chunks nobody reads are evicted
+ *   by CLOCK. A fill waits for memory rather than exceeding the budget (back-pressure).
+ * - disk: one immutable file per chunk under the shard dir chosen by the object hash (chunkfile
+ *   format: key, object length, validators, body hash). A file is verified whole (header, key,
+ *   length, checksum) the first time this process serves it, then sent with sendfile. A file
+ *   that does not verify is deleted, counted, and treated as a miss.
+ * A miss starts one fetch (fetch.c) for the chunk; every later request for it while it fills
+ * shares that chunk and reads its bytes as they are committed (waiters are woken at most once
+ * per loop iteration).
+ *
+ * Versions: the object's current (length, validators) is remembered; a chunk of another version
+ * found on disk is deleted (a miss); a fetch that brings a new version replaces the old one's
+ * chunks. A reader also compares every chunk with the head it sent and closes on a mismatch, so
+ * no client ever gets bytes of two versions.
+ *
+ * Ownership: struct chunk is refcounted. The memory table holds one ref on each chunk in it; the
+ * fetch holds one while filling; each reader holds one. cache_chunk_unref() frees at zero.
+ * Chunk data is immutable once committed: readers may send straight from it.
+ */
+#ifndef CACHEPARTY_CACHE_H
+#define CACHEPARTY_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "chunkfile.h"
+
+struct ev_loop;
+struct config;
+struct cache;
+struct chunk;
+struct fetch_origin;
+
+/* What an object looks like (from the origin's first answer or a chunk file header). */
+struct cache_meta {
+    uint64_t total;
+    char etag[CHUNKFILE_ETAG_MAX + 1];
+    char last_modified[CHUNKFILE_LAST_MODIFIED_MAX + 1];
+    char content_type[CHUNKFILE_CONTENT_TYPE_MAX + 1];
+};
+
+enum chunk_state {
+    CHUNK_S_FILLING, /* a fetch is committing bytes */
+    CHUNK_S_SEALED,  /* complete and verified: in memory (data) or on disk (fd) */
+    CHUNK_S_FAILED   /* the fetch failed; see fail */
+};
+
+enum chunk_fail {
+    CHUNK_FAIL_NONE = 0,
+    CHUNK_FAIL_502,    /* origin unreachable, invalid or cut short */
+    CHUNK_FAIL_504,    /* origin timeout */
+    CHUNK_FAIL_403,    /* origin not allowed (private address) */
+    CHUNK_FAIL_PASS,   /* the origin answered something uncacheable: forward the request */
+    CHUNK_FAIL_CHANGED /* the object changed at the origin while this chunk filled */
+};
+
+struct chunk_waiter;
+typedef void chunk_wake_fn(struct chunk_waiter *w);
+
+/* A reader waiting for a chunk to change (more bytes, meta known, sealed, failed). One-shot. */
+struct chunk_waiter {
+    struct chunk_waiter *next;
+    struct chunk_waiter **pprev;
+    chunk_wake_fn *cb;
+};
+
+struct chunk {
+    unsigned magic;
+    unsigned refs;
+    struct cache *cache; /* borrows */
+    uint8_t obj[16];     /* object hash */
+    uint64_t index;
+    enum chunk_state state;
+    enum chunk_fail fail;
+    bool meta_known; /* meta and cap are set */
+    struct cache_meta meta;
+    uint64_t cap;          /* this chunk's length (the last chunk is shorter) */
+    uint64_t len;          /* bytes committed so far (== cap once sealed) */
+    char *data;            /* owns: memory chunk bytes, NULL for a disk chunk */
+    int fd;                /* owns: disk chunk file, -1 for a memory chunk */
+    off_t body_off;        /* where the body starts in fd */
+    bool started_by_fetch; /* a fetch was started for it (its first reader is a MISS) */
+    /* Private to cache.c / fetch.c. */
+    char *key; /* owns: "identifier\npath" */
+    size_t key_len;
+    struct chunk *hnext;         /* memory table chain */
+    struct chunk *cnext, *cprev; /* CLOCK ring of sealed memory chunks */
+    bool in_table;
+    bool clock_ref;
+    bool notify_pending;
+    struct chunk *notify_next;
+    struct chunk_waiter *waiters;
+    struct fetch *fetch; /* while FILLING */
+    uint64_t mem;        /* bytes accounted to the memory budget */
+};
+
+/* The cache; NULL with <err> when a cache dir is unusable or holds another chunk_size. */
+struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen);
+void cache_free(struct cache **c);
+
+/* Hash of an object key ("identifier\npath"). */
+void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);
+
+/*
+ * A reference to chunk <index> of object <key>: from memory, else from disk (verified), else a
+ * new FILLING chunk whose fetch starts at once from <origin> (borrowed, copied), unless <origin>
+ * is NULL (probe only: then NULL is returned on a miss). <force> skips both tiers (?nocache=1).
+ * *<created> tells whether this call started the fetch. Unref with cache_chunk_unref().
+ */
+struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
+                              const struct fetch_origin *origin, bool force, bool *created);
+void cache_chunk_unref(struct chunk **ck);
+
+/* Wake <w> once when <ck> changes (re-registering moves it). Never called back from inside. */
+void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb);
+/* Stop waiting (safe when not waiting). */
+void cache_chunk_unwait(struct chunk_waiter *w);
+
+/* Used by fetch.c. */
+/* Sets the object's meta for a filling chunk; returns 0, or -ENOMEM while memory is short
+ * (call again after cache_mem_wait's callback) or -EINVAL for an impossible chunk. */
+int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m);
+void cache_mem_wait(struct cache *c, struct chunk_waiter *w, chunk_wake_fn *cb);
+void cache_chunk_commit(struct chunk *ck, const char *data, size_t len);
+void cache_chunk_seal(struct chunk *ck);
+void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
+
+/* Counters for tests and metrics. */
+struct cache_stats {
+    uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
+        disk_write_errors, disk_writes;
+};
+void cache_get_stats(const struct cache *c, struct cache_stats *out);
+unsigned cache_live_chunks(void);
+
+#endif

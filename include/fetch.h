@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * fetch: fills one cache chunk from the origin. It resolves the origin (unless an override
+ * address is configured), refuses private addresses without allow_private, sends
+ * "GET path Range: bytes=a-b" built afresh (Host, User-Agent, X-LanCache-Processed-By), checks
+ * the answer (206 with the matching Content-Range, or 200 from an origin without range support,
+ * whose body is skipped to the chunk), sets the object's meta, commits body bytes into the chunk
+ * as they arrive and seals it. Any other status fails the chunk with CHUNK_FAIL_PASS so that its
+ * readers forward their own requests uncached.
+ *
+ * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> UPSTREAM -> done: the chunk is sealed
+ * or failed, the ref dropped, the fetch freed. It does not depend on any client: a fetch whose
+ * readers all left still completes and is stored. fetch_cancel_all() ends them at shutdown.
+ */
+#ifndef CACHEPARTY_FETCH_H
+#define CACHEPARTY_FETCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "http1.h"
+
+struct ev_loop;
+struct resolver;
+struct upool;
+struct chunk;
+
+/* Where and how to fetch an object; the strings are borrowed and copied by fetch_start(). */
+struct fetch_origin {
+    const char *host; /* name to resolve, or an IP literal */
+    bool host_is_ip;
+    uint16_t port;
+    const char *authority; /* Host header value */
+    const char *path;      /* path and query, as forwarded */
+    size_t path_len;
+    const char *user_agent; /* may be NULL */
+    size_t ua_len;
+    const char *processed_by; /* the client's X-LanCache-Processed-By chain, may be NULL */
+    size_t processed_by_len;
+};
+
+/* The loop-wide context the fetches use; set once by main. */
+struct fetch_ctx {
+    struct ev_loop *loop;
+    struct resolver *resolver;
+    struct upool *upool;
+    bool has_override;
+    struct sockaddr_storage override_addr;
+};
+
+void fetch_module_init(struct fetch_ctx *ctx);
+/* Starts filling <ck> (FILLING, no meta yet). */
+void fetch_start(struct chunk *ck, const struct fetch_origin *o);
+/* Fails and frees every running fetch (shutdown). */
+void fetch_cancel_all(void);
+unsigned fetch_live(void);
+
+#endif

@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * conn_cache: a client request served from the chunk cache (part of the conn module, see
+ * conn_int.h).
+ *
+ * CONN_S_CACHE_HEAD waits until the first chunk the request needs knows the object's meta
+ * (from memory or disk at once; from a fetch once the origin's head arrived), then decides the
+ * answer (200, 206, 304, 416; HEAD without a body) from the stored metadata alone, so a hit and a
+ * miss answer alike. CONN_S_CACHE_BODY then sends the object bytes [pos, end] chunk after chunk:
+ * straight from chunk memory (send) or from the verified chunk file (sendfile), never copying
+ * into <out>, and from a filling chunk as far as it is committed, waiting on the chunk for more.
+ * Only one chunk ref is held at a time. A chunk of another version than the head promised, or a
+ * fetch failing after the head went out, closes the connection before the promised length.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include "cache.h"
+#include "config.h"
+#include "conn_int.h"
+#include "fetch.h"
+#include "log.h"
+#include "range.h"
+#include "stats.h"
+#include "util.h"
+
+extern const struct config *g_cfg;
+
+static const struct h1_field *field(const struct conn *c, const char *name)
+{
+    return h1_find(c->req_head, c->req.fields, c->req.n_fields, name);
+}
+
+/* The origin to fetch from, borrowing the request's strings (fetch_start copies them). */
+static void origin_of(const struct conn *c, struct fetch_origin *o)
+{
+    const struct h1_field *ua = field(c, "User-Agent");
+    memset(o, 0, sizeof(*o));
+    o->host = c->auth.host;
+    o->host_is_ip = c->auth.is_ip;
+    o->port = c->auth.port;
+    o->authority = c->auth.ident;
+    o->path = c->req_head + c->req.path.off;
+    o->path_len = c->req.path.len;
+    if (ua != NULL) {
+        o->user_agent = c->req_head + ua->value.off;
+        o->ua_len = ua->value.len;
+    }
+    /* The chain of caches before us, for the origin (or a parent cache) to see. */
+    const struct h1_field *pb = field(c, "X-LanCache-Processed-By");
+    if (pb != NULL) {
+        o->processed_by = c->req_head + pb->value.off;
+        o->processed_by_len = pb->value.len;
+    }
+}
+
+static void on_chunk_wake(struct chunk_waiter *w)
+{
+    struct conn *c = container_of(w, struct conn, ckw);
+    CHECK_OBJ(c, CONN_MAGIC);
+    conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
+}
+
+/* Takes a ref on chunk <index> (starting a fetch on a miss, unless <probe>). */
+static bool get_chunk(struct conn *c, uint64_t index, bool probe)
+{
+    struct fetch_origin o;
+    bool created = false;
+    origin_of(c, &o);
+    cache_chunk_unref(&c->ck);
+    c->ck = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, probe ? NULL : &o,
+                            c->force, &created);
+    c->ck_created = created;
+    return c->ck != NULL;
+}
+
+static bool query_has_nocache(const struct conn *c)
+{
+    const char *p = c->req_head + c->req.path.off;
+    size_t len = c->req.path.len;
+    const char *q = memchr(p, '?', len);
+    if (q == NULL)
+        return false;
+    size_t qlen = len - (size_t)(q - p) - 1;
+    q++;
+    while (qlen > 0) {
+        const char *amp = memchr(q, '&', qlen);
+        size_t n = amp ? (size_t)(amp - q) : qlen;
+        if (n == 9 && memcmp(q, "nocache=1", 9) == 0)
+            return true;
+        if (amp == NULL)
+            break;
+        qlen -= n + 1;
+        q = amp + 1;
+    }
+    return false;
+}
+
+/* The chunk holding the first byte a Range asks for, if it can be told without the length. */
+static uint64_t first_index(const struct conn *c)
+{
+    const struct h1_field *rf = field(c, "Range");
+    if (rf == NULL || c->head_req)
+        return 0;
+    const char *v = c->req_head + rf->value.off;
+    struct range r;
+    if (range_parse(v, rf->value.len, UINT64_MAX, &r) != RANGE_OK)
+        return 0;
+    const char *eq = memchr(v, '=', rf->value.len);
+    if (eq == NULL || eq[1] == '-')
+        return 0; /* a suffix range: needs the length first */
+    return r.start / g_cfg->chunk_size;
+}
+
+void conn_cache_begin(struct conn *c)
+{
+    c->cached = true;
+    c->force = query_has_nocache(c);
+    c->objkey_len = strlen(c->ident) + 1 + c->req.path_only.len;
+    c->objkey = xmalloc(c->objkey_len + 1);
+    snprintf(c->objkey, c->objkey_len + 1, "%s\n%.*s", c->ident, (int)c->req.path_only.len,
+             c->req_head + c->req.path_only.off);
+    if (c->req.path_only.len == 0) /* absolute-form without a path */
+        c->objkey[c->objkey_len - 1] = '/';
+
+    if (c->head_req) {
+        /* HEAD never fills the cache: answer from a stored chunk, else forward it. */
+        if (c->force || !get_chunk(c, 0, true)) {
+            conn_forward_begin(c);
+            return;
+        }
+    } else {
+        get_chunk(c, first_index(c), false);
+        c->first_miss = c->ck_created;
+    }
+    conn_set_state(c, CONN_S_CACHE_HEAD);
+}
+
+void conn_cache_reset(struct conn *c)
+{
+    cache_chunk_unwait(&c->ckw);
+    cache_chunk_unref(&c->ck);
+    free(c->objkey);
+    c->objkey = NULL;
+    c->cached = false;
+    c->force = false;
+    c->first_miss = false;
+    c->ck_created = false;
+    c->blocked_write = false;
+}
+
+static bool etag_matches(const char *v, size_t len, const char *etag)
+{
+    if (etag[0] == '\0')
+        return false;
+    if (len == 1 && v[0] == '*')
+        return true;
+    /* Weak comparison (RFC 9110 If-None-Match): W/ prefixes ignored on both sides. */
+    const char *e = strncmp(etag, "W/", 2) == 0 ? etag + 2 : etag;
+    size_t elen = strlen(e);
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t s = i;
+        while (i < len && v[i] != ',')
+            i++;
+        size_t n = i - s;
+        while (n > 0 && (v[s + n - 1] == ' ' || v[s + n - 1] == '\t'))
+            n--;
+        const char *t = v + s;
+        if (n >= 2 && t[0] == 'W' && t[1] == '/') {
+            t += 2;
+            n -= 2;
+        }
+        if (n == elen && memcmp(t, e, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool head_step(struct conn *c)
+{
+    struct chunk *ck = c->ck;
+    if (ck->state == CHUNK_S_FAILED) {
+        enum chunk_fail why = ck->fail;
+        cache_chunk_unref(&c->ck);
+        switch (why) {
+        case CHUNK_FAIL_PASS:
+            conn_forward_begin(c); /* uncacheable answer: forward this request as it is */
+            break;
+        case CHUNK_FAIL_403:
+            conn_local_response(c, 403, false, NULL);
+            break;
+        case CHUNK_FAIL_504:
+            conn_local_response(c, 504, false, NULL);
+            break;
+        default:
+            conn_local_response(c, 502, false, NULL);
+            break;
+        }
+        return true;
+    }
+    if (!ck->meta_known) {
+        cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+        return false;
+    }
+    const struct cache_meta *m = &ck->meta;
+    struct fwd_cache_head h;
+    memset(&h, 0, sizeof(h));
+    h.status = 200;
+    h.total = m->total;
+    h.start = 0;
+    h.end = m->total - 1;
+    h.etag = m->etag;
+    h.last_modified = m->last_modified;
+    h.content_type = m->content_type;
+    h.hostname = g_cfg->hostname;
+    h.cache_status = c->first_miss ? "MISS" : "HIT";
+    h.client_minor = c->req.version_minor;
+
+    const struct h1_field *inm = field(c, "If-None-Match");
+    const struct h1_field *ims = field(c, "If-Modified-Since");
+    const struct h1_field *rf = field(c, "Range");
+    if (inm != NULL) {
+        if (etag_matches(c->req_head + inm->value.off, inm->value.len, m->etag))
+            h.status = 304;
+    } else if (ims != NULL && m->last_modified[0] != '\0' &&
+               util_ieq(c->req_head + ims->value.off, ims->value.len, m->last_modified)) {
+        h.status = 304;
+    }
+    if (h.status == 200 && rf != NULL) {
+        const struct h1_field *ir = field(c, "If-Range");
+        if (ir == NULL || range_if_range_matches(c->req_head + ir->value.off, ir->value.len,
+                                                 m->etag, m->last_modified)) {
+            struct range r;
+            switch (range_parse(c->req_head + rf->value.off, rf->value.len, m->total, &r)) {
+            case RANGE_OK:
+                h.status = 206;
+                h.start = r.start;
+                h.end = r.end;
+                break;
+            case RANGE_UNSATISFIABLE:
+                h.status = 416;
+                break;
+            default:
+                break; /* none or several ranges: the whole object */
+            }
+        }
+    }
+    if (h.status == 304 || h.status == 416) /* no object bytes follow */
+        c->keep_alive = c->keep_alive && c->req.version_minor == 1;
+    h.keep_alive = c->keep_alive && !c->draining;
+    c->keep_alive = h.keep_alive;
+
+    conn_out_ensure(c);
+    buf_compact(&c->out);
+    size_t n = fwd_cache_response(&h, c->head_req, c->out.last, buf_room(&c->out));
+    ASSERT(n > 0); /* bounded: validators are bounded, <out> at most half full */
+    c->out.last += n;
+    c->status = h.status;
+    c->sent = *m;
+    if (c->head_req || h.status == 304 || h.status == 416) {
+        c->body_bytes = h.status == 416 && !c->head_req ? fwd_local_body_len(416, false) : 0;
+        conn_response_done(c);
+        return true;
+    }
+    c->pos = h.start;
+    c->end = h.end;
+    if (ck->index != h.start / g_cfg->chunk_size)
+        cache_chunk_unref(&c->ck); /* a suffix range: body_step fetches the right one */
+    conn_set_state(c, CONN_S_CACHE_BODY);
+    return true;
+}
+
+static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
+{
+    return a->total == b->total && strcmp(a->etag, b->etag) == 0 &&
+           strcmp(a->last_modified, b->last_modified) == 0;
+}
+
+static bool body_step(struct conn *c)
+{
+    uint64_t cs = g_cfg->chunk_size;
+    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
+        return false; /* the head (or earlier bytes) first */
+    while (c->pos <= c->end) {
+        uint64_t idx = c->pos / cs;
+        if (c->ck == NULL || c->ck->index != idx)
+            get_chunk(c, idx, false);
+        struct chunk *ck = c->ck;
+        if (ck->state == CHUNK_S_FAILED) {
+            log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",
+                     c->id, c->peer, (unsigned long long)idx);
+            conn_close(c);
+            return false;
+        }
+        if (!ck->meta_known) {
+            cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+            return false;
+        }
+        if (!same_version(&ck->meta, &c->sent)) {
+            log_warn("conn#%u %s: object changed at the origin mid-response: closing", c->id,
+                     c->peer);
+            conn_close(c);
+            return false;
+        }
+        uint64_t cstart = idx * cs;
+        uint64_t off = c->pos - cstart;
+        uint64_t stop = c->end + 1 < cstart + ck->cap ? c->end + 1 : cstart + ck->cap;
+        uint64_t avail = ck->len > off ? ck->len - off : 0;
+        uint64_t want = stop - c->pos;
+        size_t n = (size_t)(avail < want ? avail : want);
+        if (n == 0) {
+            ASSERT(ck->state == CHUNK_S_FILLING);
+            cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+            return false;
+        }
+        ssize_t k;
+        do {
+            if (ck->data != NULL) {
+                k = send(c->fd, ck->data + off, n, MSG_NOSIGNAL);
+            } else {
+                off_t fo = ck->body_off + (off_t)off;
+                k = sendfile(c->fd, ck->fd, &fo, n);
+            }
+        } while (k < 0 && errno == EINTR);
+        if (k < 0 && errno == EAGAIN) {
+            c->blocked_write = true;
+            return false;
+        }
+        if (k <= 0) {
+            log_debug("conn#%u %s: send: %s", c->id, c->peer, k < 0 ? strerror(errno) : "0");
+            g_stats.client_reset++;
+            conn_close(c);
+            return false;
+        }
+        c->pos += (uint64_t)k;
+        c->body_bytes += (uint64_t)k;
+        if (c->ck_created)
+            g_stats.bytes_miss += (uint64_t)k;
+        else
+            g_stats.bytes_hit += (uint64_t)k;
+        c->last_write = ev_now(c->ctx->loop);
+        if ((size_t)k < n) {
+            c->blocked_write = true;
+            return false;
+        }
+        if (c->pos == cstart + ck->cap)
+            cache_chunk_unref(&c->ck);
+    }
+    cache_chunk_unref(&c->ck);
+    conn_response_done(c);
+    return true;
+}
+
+bool conn_cache_step(struct conn *c)
+{
+    if (c->state == CONN_S_CACHE_HEAD)
+        return head_step(c);
+    return body_step(c);
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * conn_int.h: struct conn and the helpers shared by conn.c (the connection state machine and the
+ * pass-through path) and conn_cache.c (requests served from the chunk cache). Private to them and
+ * their unit tests.
+ */
+#ifndef CACHEPARTY_CONN_INT_H
+#define CACHEPARTY_CONN_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ev.h>
+
+#include "buf.h"
+#include "cache.h"
+#include "conn.h"
+#include "forward.h"
+#include "http1.h"
+
+struct resolver_query;
+struct upstream;
+
+#define CONN_MAGIC 0xc0cc0cc0u
+#define CONN_INBUF (H1_MAX_HEAD + 4096)
+#define CONN_OUTBUF (64 * 1024)
+#define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
+
+#define CONN_STATES(X)                                                                             \
+    X(CONN_S_READ_HEAD)                                                                            \
+    X(CONN_S_RESOLVE)                                                                              \
+    X(CONN_S_UPSTREAM)                                                                             \
+    X(CONN_S_STREAM)                                                                               \
+    X(CONN_S_CACHE_HEAD)                                                                           \
+    X(CONN_S_CACHE_BODY)                                                                           \
+    X(CONN_S_FLUSH)                                                                                \
+    X(CONN_S_CLOSING)
+
+enum conn_state {
+#define CONN_SX(s) s,
+    CONN_STATES(CONN_SX)
+#undef CONN_SX
+};
+
+struct conn {
+    unsigned magic;
+    unsigned id;
+    enum conn_state state;
+    struct conn_ctx *ctx; /* borrows */
+    int fd;               /* owns */
+    ev_io io;
+    unsigned io_events;
+    ev_timer timer;
+    ev_tstamp deadline;   /* when the timer should act; 0 = none */
+    ev_tstamp idle_since; /* READ_HEAD with nothing buffered: since when */
+    ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
+    ev_tstamp last_write; /* last time the client took bytes */
+    char peer[64];
+    char peer_ip[48];
+    struct conn *next, **pprev; /* all live conns */
+    struct conn *reap_next;
+    struct conn *kick_next;
+    bool kicked;
+    struct buf in;  /* owns */
+    struct buf out; /* owns; allocated while a response is in progress or pending */
+    bool peer_eof;
+    bool draining; /* shutdown: close after the current response */
+    unsigned served;
+
+    /* The current request. */
+    char *req_head; /* owns: copy of the head that the spans of <req> point into */
+    struct h1_req req;
+    struct h1_authority auth;
+    const char *ident; /* cache identifier: a service name (borrowed from the domains
+                          lists, which live until exit) or auth.ident */
+    bool head_req;
+    bool keep_alive; /* keep the connection after this response */
+    bool bypass;
+    bool proxied;    /* went (or was going) upstream: has an identifier */
+    bool logged;     /* the access log line is written */
+    bool local_resp; /* answered by the proxy itself (cache status "-") */
+    int status;
+    enum fwd_body body; /* framing towards the client */
+    uint64_t body_bytes;
+    struct resolver_query *rq; /* owns while RESOLVE */
+    struct upstream *up;       /* owns while UPSTREAM/STREAM */
+
+    /* The cache path (conn_cache.c). */
+    bool cached;        /* served from the chunk cache */
+    bool force;         /* ?nocache=1: refetch and re-store */
+    bool first_miss;    /* this request started the fetch of its first chunk */
+    bool ck_created;    /* ... and of the current chunk (bytes count as miss) */
+    bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
+    char *objkey;       /* owns: "identifier\npath" */
+    size_t objkey_len;
+    struct chunk *ck;        /* ref: the chunk being sent or waited for */
+    struct chunk_waiter ckw; /* waiting on ck */
+    struct cache_meta sent;  /* the version the response head promised */
+    uint64_t pos;            /* next object byte to send */
+    uint64_t end;            /* last object byte to send (inclusive) */
+};
+
+extern const char *const conn_state_names[];
+
+void conn_set_state(struct conn *c, enum conn_state st);
+void conn_close(struct conn *c);
+/* Steps while progress is made, writes what is queued, recomputes interest and timer. */
+void conn_drive(struct conn *c);
+void conn_update_io(struct conn *c);
+void conn_update_timer(struct conn *c);
+/* Queues a proxy-made response and finishes the request. */
+void conn_local_response(struct conn *c, int status, bool close_after, const char *extra);
+/* The response is fully queued: next request, or close once flushed. */
+void conn_response_done(struct conn *c);
+/* Forwards the request uncached (resolve or override, then upstream). */
+void conn_forward_begin(struct conn *c);
+void conn_out_ensure(struct conn *c);
+
+/* conn_cache.c */
+/* Starts serving the current request from the cache. */
+void conn_cache_begin(struct conn *c);
+/* One step in CONN_S_CACHE_HEAD / CONN_S_CACHE_BODY; true if it made progress. */
+bool conn_cache_step(struct conn *c);
+/* Drops the cache path's state of the current request. */
+void conn_cache_reset(struct conn *c);
+
+#endif
