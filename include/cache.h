@@ -125,19 +125,42 @@ void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *c
 /* Stop waiting (safe when not waiting). */
 void cache_chunk_unwait(struct chunk_waiter *w);
 
+#define CACHE_SPAN_MAX 64 /* chunks one upstream request may fill */
+
+/* Whether chunk <index> is in memory (not failed) or has a file on disk (not verified here). */
+bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index);
+
+/*
+ * Read-ahead: starts one fetch for the missing chunks <first>..<last> (at most CACHE_SPAN_MAX,
+ * stopping before the first chunk already in memory or in flight): one upstream range request
+ * whose bytes fill the chunks in order, each joinable while it fills. Returns how many chunks
+ * the fetch covers (0 if <first> is present).
+ */
+int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                     uint64_t last, const struct fetch_origin *origin);
+
 /* Used by fetch.c. */
-/* Sets the object's meta for a filling chunk; returns 0, or -ENOMEM while memory is short
- * (call again after cache_mem_wait's callback) or -EINVAL for an impossible chunk. */
+/* Sets the object's meta on a filling chunk (no memory yet): 0, or -EINVAL when the chunk lies
+ * beyond the object's end. */
 int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m);
+/* Allocates the chunk's bytes within the memory budget: 0, or -ENOMEM (then cache_mem_wait). */
+int cache_chunk_reserve(struct chunk *ck);
 void cache_mem_wait(struct cache *c, struct chunk_waiter *w, chunk_wake_fn *cb);
 void cache_chunk_commit(struct chunk *ck, const char *data, size_t len);
 void cache_chunk_seal(struct chunk *ck);
 void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
 
+/*
+ * Removes every chunk of object <key> ("identifier\npath"): from memory (readers in flight keep
+ * their refs and finish) and from disk (all chunk files of the object share one directory).
+ * Returns how many chunks were removed (memory and disk counted once per index), or -errno.
+ */
+int cache_purge(struct cache *c, const char *key, size_t key_len);
+
 /* Counters for tests and metrics. */
 struct cache_stats {
     uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
-        disk_write_errors, disk_writes;
+        disk_write_errors, disk_writes, coalesced, purged, readahead;
 };
 void cache_get_stats(const struct cache *c, struct cache_stats *out);
 unsigned cache_live_chunks(void);

@@ -50,8 +50,11 @@ struct fetch_ctx {
 };
 
 void fetch_module_init(struct fetch_ctx *ctx);
-/* Starts filling <ck> (FILLING, no meta yet). */
-void fetch_start(struct chunk *ck, const struct fetch_origin *o);
+/*
+ * Starts filling <cks>[0..n) (FILLING, no meta yet, consecutive indices of one object) with one
+ * upstream range request; the fetch takes a ref on each.
+ */
+void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);
 unsigned fetch_live(void);

@@ -39,6 +39,9 @@
     X(upstream_err_timeout, counter, "origin timeouts")                                            \
     X(upstream_err_proto, counter, "invalid origin responses")                                     \
     X(upstream_err_io, counter, "origin connections lost mid-response")                            \
+    X(fetches, counter, "cache fills started (one upstream request for a run of chunks)")          \
+    X(fetch_resumed, counter, "cache fills resumed after an origin fault mid-body")                \
+    X(fetch_failed, counter, "cache fills that failed for good")                                   \
     X(dns_queries, counter, "DNS queries sent")                                                    \
     X(dns_cache_hits, counter, "name lookups answered from the DNS cache")                         \
     X(dns_failures, counter, "name lookups that failed")
@@ -50,6 +53,10 @@ struct stats {
 };
 
 extern struct stats g_stats;
+
+/* Responses by status code (100..599; index = status), for requests_total{status}. */
+#define STATS_STATUS_MAX 600
+extern uint64_t g_stats_status[STATS_STATUS_MAX];
 
 struct stats_field {
     const char *name;

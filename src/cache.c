@@ -352,8 +352,13 @@ void cache_chunk_unref(struct chunk **ckp)
     *ckp = NULL;
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ASSERT(ck->refs > 0);
-    if (--ck->refs > 0)
+    if (--ck->refs > 0) {
+        /* Only the table holds it now: it can be evicted, so a fill waiting for memory may
+         * go on. */
+        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->data != NULL)
+            mem_notify(ck->cache);
         return;
+    }
     ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->fetch == NULL);
     chunk_release_mem(ck);
     if (ck->fd >= 0)
@@ -569,6 +574,8 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
         ck->clock_ref = true;
         if (ck->state == CHUNK_S_SEALED)
             c->st.mem_hits++;
+        else
+            c->st.coalesced++; /* joined a fetch in flight */
         return ck;
     }
     if (!force) {
@@ -584,7 +591,7 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
     table_insert(c, ck);
     c->st.misses++;
     *created = true;
-    fetch_start(ck, origin);
+    fetch_start(&ck, 1, origin);
     return ck;
 }
 
@@ -611,31 +618,82 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
     ASSERT(ck->state == CHUNK_S_FILLING);
     if (m->total == 0 || ck->index >= range_chunk_count(m->total, c->chunk_size))
         return -EINVAL;
-    if (!ck->meta_known) {
-        const struct objver *v = objver_get(c, ck->obj);
-        if (v != NULL && !objver_matches(v, m)) {
-            log_info("cache: object changed at the origin (length or validators): dropping the "
-                     "old version's chunks");
-            drop_old_version(c, ck->obj, v->total, m, ck);
-        }
-        objver_set(c, ck->obj, m);
-        ck->meta = *m;
-        uint64_t off;
-        range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
-        ck->meta_known = true;
+    if (ck->meta_known)
+        return 0;
+    const struct objver *v = objver_get(c, ck->obj);
+    if (v != NULL && !objver_matches(v, m)) {
+        log_info("cache: object changed at the origin (length or validators): dropping the old "
+                 "version's chunks");
+        drop_old_version(c, ck->obj, v->total, m, ck);
     }
-    if (ck->data == NULL) {
-        if (!evict_for(c, ck->cap))
-            return -ENOMEM;
-        ck->data = malloc(ck->cap);
-        if (ck->data == NULL)
-            return -ENOMEM;
-        ck->mem = ck->cap;
-        c->mem_used += ck->cap;
-        c->st.mem_chunks++;
-    }
+    objver_set(c, ck->obj, m);
+    ck->meta = *m;
+    uint64_t off;
+    range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
+    ck->meta_known = true;
     chunk_notify(ck);
     return 0;
+}
+
+int cache_chunk_reserve(struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    struct cache *c = ck->cache;
+    ASSERT(ck->state == CHUNK_S_FILLING && ck->meta_known);
+    if (ck->data != NULL)
+        return 0;
+    if (!evict_for(c, ck->cap))
+        return -ENOMEM;
+    ck->data = malloc(ck->cap);
+    if (ck->data == NULL)
+        return -ENOMEM;
+    ck->mem = ck->cap;
+    c->mem_used += ck->cap;
+    c->st.mem_chunks++;
+    return 0;
+}
+
+bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index)
+{
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    struct chunk *ck = table_find(c, obj, index);
+    if (ck != NULL)
+        return ck->state != CHUNK_S_FAILED;
+    char path[PATH_MAX];
+    struct stat sb;
+    return chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, index) == 0 &&
+           stat(path, &sb) == 0;
+}
+
+int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                     uint64_t last, const struct fetch_origin *origin)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    struct chunk *cks[CACHE_SPAN_MAX];
+    size_t n = 0;
+    for (uint64_t i = first; i <= last && n < CACHE_SPAN_MAX; i++) {
+        struct chunk *old = table_find(c, obj, i);
+        if (old != NULL && old->state != CHUNK_S_FAILED)
+            break; /* present or in flight: the span stops before it */
+        if (old != NULL)
+            table_remove(c, old);
+        struct chunk *ck = chunk_new(c, key, key_len, obj, i);
+        ck->state = CHUNK_S_FILLING;
+        ck->started_by_fetch = true;
+        table_insert(c, ck);
+        c->st.misses++;
+        cks[n++] = ck;
+    }
+    if (n == 0)
+        return 0;
+    c->st.readahead += n;
+    fetch_start(cks, n, origin);
+    for (size_t i = 0; i < n; i++)
+        cache_chunk_unref(&cks[i]); /* the table and the fetch hold them */
+    return (int)n;
 }
 
 void cache_chunk_commit(struct chunk *ck, const char *data, size_t len)
@@ -669,6 +727,48 @@ void cache_chunk_failed(struct chunk *ck, enum chunk_fail why)
     ck->fetch = NULL;
     chunk_notify(ck);
     table_remove(ck->cache, ck);
+}
+
+int cache_purge(struct cache *c, const char *key, size_t key_len)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    int removed = 0;
+    /* Memory: every index up to the length known for the object. Sealed chunks also have a
+     * file (counted below); chunks still filling are counted here. */
+    const struct objver *v = objver_get(c, obj);
+    uint64_t n = v != NULL ? range_chunk_count(v->total, c->chunk_size) : 0;
+    for (uint64_t i = 0; i < n; i++) {
+        struct chunk *ck = table_find(c, obj, i);
+        if (ck != NULL) {
+            if (ck->state != CHUNK_S_SEALED)
+                removed++;
+            table_remove(c, ck);
+        }
+    }
+    /* Disk: the object's chunk files all live in <shard>/ab/cd/, named <32 hex>.<index>. */
+    char path[PATH_MAX], prefix[40];
+    if (chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, 0) < 0)
+        return -ENAMETOOLONG;
+    char *slash = strrchr(path, '/');
+    ASSERT(slash != NULL);
+    snprintf(prefix, sizeof(prefix), "%.32s.", slash + 1);
+    *slash = '\0';
+    DIR *d = opendir(path);
+    if (d == NULL && errno != ENOENT)
+        return -errno;
+    if (d != NULL) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL)
+            if (strncmp(de->d_name, prefix, 33) == 0 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+                removed++;
+        closedir(d);
+    }
+    if (v != NULL)
+        memset(objver_slot(c, obj), 0, sizeof(struct objver));
+    c->st.purged += (uint64_t)removed;
+    return removed;
 }
 
 void cache_get_stats(const struct cache *c, struct cache_stats *out)

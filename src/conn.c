@@ -72,6 +72,8 @@ void conn_set_state(struct conn *c, enum conn_state st)
 
 static void count_status(int status)
 {
+    if (status >= 100 && status < STATS_STATUS_MAX)
+        g_stats_status[status]++;
     if (status < 200)
         g_stats.resp_1xx++;
     else if (status < 300)

@@ -78,6 +78,42 @@ static bool get_chunk(struct conn *c, uint64_t index, bool probe)
     return c->ck != NULL;
 }
 
+/*
+ * Read-ahead for a cold object: when the chunk at <idx> is being fetched, start up to
+ * [upstream] readahead parallel fetches (each one range request for a run of up to
+ * CACHE_SPAN_MAX chunks) for the missing chunks after it, up to the end of what this client
+ * wants, so one download runs at several origin connections' speed. Chunks fetched ahead are
+ * stored even if this client leaves: another client will want them.
+ */
+static void read_ahead(struct conn *c, uint64_t idx)
+{
+    uint64_t cs = g_cfg->chunk_size;
+    uint64_t last = c->end / cs;
+    unsigned segs = g_cfg->readahead;
+    if (c->force || last <= idx || segs <= 1)
+        return;
+    uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
+    uint64_t wend = last < idx + window ? last : idx + window;
+    uint64_t per = (wend - idx + segs - 1) / segs;
+    if (per > CACHE_SPAN_MAX)
+        per = CACHE_SPAN_MAX;
+    if (per == 0)
+        per = 1;
+    struct fetch_origin o;
+    origin_of(c, &o);
+    uint64_t i = idx + 1;
+    for (unsigned started = 0; i <= wend && started < segs;) {
+        if (cache_chunk_exists(c->ctx->cache, c->objkey, c->objkey_len, i)) {
+            i++;
+            continue;
+        }
+        uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
+        int n = cache_fetch_span(c->ctx->cache, c->objkey, c->objkey_len, i, j, &o);
+        i += n > 0 ? (uint64_t)n : 1;
+        started++;
+    }
+}
+
 static bool query_has_nocache(const struct conn *c)
 {
     const char *p = c->req_head + c->req.path.off;
@@ -273,6 +309,8 @@ static bool head_step(struct conn *c)
     c->end = h.end;
     if (ck->index != h.start / g_cfg->chunk_size)
         cache_chunk_unref(&c->ck); /* a suffix range: body_step fetches the right one */
+    else if (ck->state == CHUNK_S_FILLING)
+        read_ahead(c, ck->index);
     conn_set_state(c, CONN_S_CACHE_BODY);
     return true;
 }
@@ -290,8 +328,11 @@ static bool body_step(struct conn *c)
         return false; /* the head (or earlier bytes) first */
     while (c->pos <= c->end) {
         uint64_t idx = c->pos / cs;
-        if (c->ck == NULL || c->ck->index != idx)
+        if (c->ck == NULL || c->ck->index != idx) {
             get_chunk(c, idx, false);
+            if (c->ck->state == CHUNK_S_FILLING)
+                read_ahead(c, idx); /* cold here: keep the next chunks coming */
+        }
         struct chunk *ck = c->ck;
         if (ck->state == CHUNK_S_FAILED) {
             log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",

@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * fetch: one chunk fill from the origin. See fetch.h.
+ * fetch: fills a run of consecutive chunks of one object from the origin. See fetch.h.
  *
- * | phase    | waits for                                  | holds                           |
- * |----------|--------------------------------------------|---------------------------------|
- * | RESOLVE  | the resolver (skipped with an override)    | chunk ref, resolver query       |
- * | UPSTREAM | the response head, then body bytes         | chunk ref, upstream             |
- * | MEMORY   | room in the memory budget (reads paused)   | chunk ref, upstream, mem waiter |
- * | done     | -: chunk sealed or failed, fetch freed     | -                               |
- * The upstream's sink callbacks drive it; fetch_finish() is the one exit.
+ * | phase    | waits for                                  | holds                            |
+ * |----------|--------------------------------------------|----------------------------------|
+ * | RESOLVE  | the resolver (skipped with an override)    | chunk refs, resolver query       |
+ * | UPSTREAM | the response head, then body bytes         | chunk refs, upstream             |
+ * | MEMORY   | room for the current chunk (reads paused)  | chunk refs, upstream, mem waiter |
+ * | done     | -: every chunk sealed or failed, freed     | -                                |
+ * One upstream request "Range: bytes=a-b" covers the run; its body fills chunk after chunk, each
+ * sealed (stored) as soon as it is complete, so readers of later chunks join them while they
+ * fill. A connection lost, cut short or stalled mid-body is resumed from the byte reached, up to
+ * FETCH_ATTEMPTS times, only if the origin answers with the same length and validators; readers
+ * see only a pause. fetch_finish() is the one exit.
  */
 #include "fetch.h"
 
@@ -31,25 +35,32 @@
 #include "util.h"
 
 #define FETCH_MAGIC 0xfe7c4001u
+#define FETCH_ATTEMPTS 3 /* resumptions after a failure mid-body */
 
 extern const struct config *g_cfg;
 
 struct fetch {
     unsigned magic;
-    struct fetch *next, **pprev; /* all live fetches */
-    struct chunk *ck;            /* ref */
-    char *host;                  /* owns */
+    struct fetch *next, **pprev;       /* all live fetches */
+    struct chunk *cks[CACHE_SPAN_MAX]; /* refs, consecutive indices */
+    size_t n;                          /* chunks in the run (trimmed to the object's end) */
+    size_t cur;                        /* the chunk being filled */
+    char *host;                        /* owns */
     uint16_t port;
-    bool host_is_ip;
-    char *head; /* owns: the upstream request */
-    size_t head_len;
+    char *req_pre;  /* owns: request line and Host */
+    char *req_post; /* owns: the fields after Range, and the blank line */
+    struct sockaddr_storage addr;
+    bool have_addr;
     struct resolver_query *rq; /* owns while resolving */
     struct upstream *up;       /* owns while fetching */
-    uint64_t start;            /* first byte of the chunk in the object */
     uint64_t skip;             /* body bytes to drop first (200 answer to a range) */
     bool whole_object;         /* the origin ignored our Range */
     bool discard;              /* uncacheable answer: drain its short body, keep the socket */
-    struct chunk_waiter memw;  /* waiting for memory */
+    bool resumed;              /* this attempt continues an earlier one */
+    unsigned attempts;
+    struct cache_meta meta; /* as first answered (resumptions must match) */
+    bool meta_known;
+    struct chunk_waiter memw; /* waiting for memory */
 };
 
 static struct fetch_ctx *fctx;
@@ -66,6 +77,23 @@ unsigned fetch_live(void)
     return n_fetches;
 }
 
+static uint64_t chunk_start(const struct chunk *ck)
+{
+    return ck->index * g_cfg->chunk_size;
+}
+
+/* The next object byte this fetch needs. */
+static uint64_t fetch_pos(const struct fetch *f)
+{
+    const struct chunk *ck = f->cks[f->cur];
+    return chunk_start(ck) + ck->len;
+}
+
+static uint64_t fetch_last_byte(const struct fetch *f)
+{
+    return chunk_start(f->cks[f->n - 1]) + g_cfg->chunk_size - 1;
+}
+
 static void fetch_free(struct fetch *f)
 {
     resolver_cancel(&f->rq);
@@ -76,24 +104,28 @@ static void fetch_free(struct fetch *f)
         f->next->pprev = f->pprev;
     n_fetches--;
     free(f->host);
-    free(f->head);
+    free(f->req_pre);
+    free(f->req_post);
     f->magic = 0;
     free(f);
 }
 
-/* The end: the chunk is sealed (why == NONE) or failed; drops everything. */
+/* The end: chunks from cur on are sealed (why == NONE, only when complete) or failed. */
 static void fetch_finish(struct fetch *f, enum chunk_fail why)
 {
-    struct chunk *ck = f->ck;
-    f->ck = NULL;
-    if (ck->state == CHUNK_S_FILLING) {
-        if (why == CHUNK_FAIL_NONE)
-            cache_chunk_seal(ck);
-        else
-            cache_chunk_failed(ck, why);
+    for (size_t i = 0; i < f->n; i++) {
+        struct chunk *ck = f->cks[i];
+        if (ck == NULL)
+            continue;
+        if (ck->state == CHUNK_S_FILLING) {
+            if (why == CHUNK_FAIL_NONE && ck->meta_known && ck->len == ck->cap)
+                cache_chunk_seal(ck);
+            else
+                cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_502 : why);
+        }
+        ck->fetch = NULL;
+        cache_chunk_unref(&f->cks[i]);
     }
-    ck->fetch = NULL;
-    cache_chunk_unref(&ck);
     fetch_free(f);
 }
 
@@ -108,35 +140,54 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
     }
 }
 
+static void fetch_connect(struct fetch *f);
 static void on_mem(struct chunk_waiter *w);
 
-/* Sets the meta; returns false when the fill cannot go on (already failed). */
-static bool fetch_set_meta(struct fetch *f, const struct cache_meta *m)
+/* Memory for the current chunk; false while waiting (reads stay paused). */
+static bool reserve_current(struct fetch *f)
 {
-    int rc = cache_chunk_set_meta(f->ck, m);
-    if (rc == -ENOMEM) {
-        /* Memory is full of chunks in use: wait, the upstream stays paused meanwhile. */
-        cache_mem_wait(f->ck->cache, &f->memw, on_mem);
+    struct chunk *ck = f->cks[f->cur];
+    if (ck->data != NULL)
         return true;
-    }
-    return rc == 0;
+    if (cache_chunk_reserve(ck) == 0)
+        return true;
+    cache_mem_wait(ck->cache, &f->memw, on_mem);
+    return false;
 }
 
 static void on_mem(struct chunk_waiter *w)
 {
     struct fetch *f = container_of(w, struct fetch, memw);
     CHECK_OBJ(f, FETCH_MAGIC);
-    int rc = cache_chunk_set_meta(f->ck, &f->ck->meta);
-    if (rc == -ENOMEM) {
-        cache_mem_wait(f->ck->cache, &f->memw, on_mem);
-        return;
+    if (reserve_current(f) && f->up != NULL)
+        upstream_resume(f->up);
+}
+
+/* Sets the meta on every chunk of the run; chunks beyond the object's end are dropped. */
+static bool apply_meta(struct fetch *f, const struct cache_meta *m)
+{
+    f->meta = *m;
+    f->meta_known = true;
+    size_t keep = f->n;
+    for (size_t i = 0; i < f->n; i++) {
+        if (cache_chunk_set_meta(f->cks[i], m) < 0) {
+            if (i == 0)
+                return false;
+            if (keep == f->n)
+                keep = i;
+            cache_chunk_failed(f->cks[i], CHUNK_FAIL_502);
+            f->cks[i]->fetch = NULL;
+            cache_chunk_unref(&f->cks[i]);
+        }
     }
-    if (rc < 0) {
-        upstream_cancel(&f->up);
-        fetch_finish(f, CHUNK_FAIL_502);
-        return;
-    }
-    upstream_resume(f->up);
+    f->n = keep;
+    return true;
+}
+
+static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
+{
+    return a->total == b->total && strcmp(a->etag, b->etag) == 0 &&
+           strcmp(a->last_modified, b->last_modified) == 0;
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
@@ -148,7 +199,9 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
     header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
-    uint64_t cs = g_cfg->chunk_size;
+    uint64_t pos = fetch_pos(f);
+    f->skip = 0;
+    f->whole_object = false;
 
     if (resp->status == 206) {
         const struct h1_field *cr = h1_find(buf, resp->fields, resp->n_fields, "Content-Range");
@@ -159,24 +212,35 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             log_info("fetch %s: 206 without a usable Content-Range: not cached", f->host);
             goto pass;
         }
-        uint64_t want_end = f->start + cs - 1 < total - 1 ? f->start + cs - 1 : total - 1;
-        if (a != f->start || b != want_end || resp->content_length != b - a + 1) {
+        uint64_t want_end = fetch_last_byte(f) < total - 1 ? fetch_last_byte(f) : total - 1;
+        if (a != pos || b != want_end || resp->content_length != b - a + 1) {
             log_info("fetch %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->host,
                      (unsigned long long)a, (unsigned long long)b, (unsigned long long)total,
-                     (unsigned long long)f->start, (unsigned long long)want_end);
+                     (unsigned long long)pos, (unsigned long long)want_end);
             goto fail;
         }
         m.total = total;
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
-               resp->content_length > f->start) {
-        /* No range support: the whole object comes; keep our chunk's part of it. */
+               resp->content_length > pos) {
+        /* No range support: the whole object comes; keep our part of it. */
         f->whole_object = true;
-        f->skip = f->start;
+        f->skip = pos;
         m.total = resp->content_length;
+    } else if (f->resumed) {
+        log_info("fetch %s: resumption answered %d: giving up", f->host, resp->status);
+        goto fail;
     } else {
         goto pass;
     }
-    if (!fetch_set_meta(f, &m))
+    if (f->resumed) {
+        /* Continue only with the very same object (length and validators). */
+        if (!same_version(&m, &f->meta)) {
+            log_info("fetch %s: object changed while resuming: giving up", f->host);
+            goto fail;
+        }
+        return;
+    }
+    if (!apply_meta(f, &m))
         goto fail;
     return;
 pass:
@@ -198,28 +262,37 @@ static size_t sink_body(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
-    struct chunk *ck = f->ck;
     if (f->discard)
         return len;
-    if (ck == NULL || ck->data == NULL)
-        return 0; /* waiting for memory */
     size_t taken = 0;
     if (f->skip > 0) {
         taken = len < f->skip ? len : (size_t)f->skip;
         f->skip -= taken;
-        if (taken == len)
-            return taken;
     }
-    size_t n = len - taken;
-    if (n > ck->cap - ck->len)
-        n = (size_t)(ck->cap - ck->len);
-    cache_chunk_commit(ck, data + taken, n);
-    taken += n;
-    if (ck->len == ck->cap && f->whole_object) {
-        /* The rest of a whole-object answer is not ours: stop here. */
-        upstream_cancel(&f->up);
-        fetch_finish(f, CHUNK_FAIL_NONE);
-        return len;
+    while (taken < len && f->cur < f->n) {
+        if (!reserve_current(f))
+            return taken; /* paused until memory frees */
+        struct chunk *ck = f->cks[f->cur];
+        size_t n = len - taken;
+        if (n > ck->cap - ck->len)
+            n = (size_t)(ck->cap - ck->len);
+        cache_chunk_commit(ck, data + taken, n);
+        taken += n;
+        if (ck->len == ck->cap) {
+            /* Complete: stored now, so that readers and later fetches need not wait. */
+            cache_chunk_seal(ck);
+            ck->fetch = NULL;
+            cache_chunk_unref(&f->cks[f->cur]);
+            f->cur++;
+        }
+    }
+    if (f->cur == f->n) {
+        if (f->whole_object || taken < len) {
+            /* The rest of a whole-object answer is not ours: stop here. */
+            upstream_cancel(&f->up);
+            fetch_finish(f, CHUNK_FAIL_NONE);
+            return len;
+        }
     }
     return taken;
 }
@@ -233,31 +306,52 @@ static void sink_done(void *arg, enum up_err err)
         fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
-    if (err == UP_OK && f->ck->meta_known && f->ck->len == f->ck->cap) {
+    if (err == UP_OK && f->cur == f->n) {
         fetch_finish(f, CHUNK_FAIL_NONE);
+        return;
+    }
+    if (f->meta_known && f->cur < f->n && f->attempts < FETCH_ATTEMPTS &&
+        (err == UP_OK || err == UP_ERR_IO || err == UP_ERR_READ_TIMEOUT || err == UP_ERR_PROTO)) {
+        /* Cut short mid-body: ask for the rest, from the byte reached. */
+        f->attempts++;
+        f->resumed = true;
+        g_stats.fetch_resumed++;
+        log_info("fetch %s: %s at byte %llu: resuming (attempt %u)", f->host,
+                 err == UP_OK ? "short body" : upstream_strerror(err),
+                 (unsigned long long)fetch_pos(f), f->attempts);
+        fetch_connect(f);
         return;
     }
     enum chunk_fail why = CHUNK_FAIL_502;
     if (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT ||
         err == UP_ERR_READ_TIMEOUT)
         why = CHUNK_FAIL_504;
-    log_info("fetch %s chunk %llu: %s after %llu of %llu bytes", f->host,
-             (unsigned long long)f->ck->index, err == UP_OK ? "short body" : upstream_strerror(err),
-             (unsigned long long)f->ck->len, (unsigned long long)f->ck->cap);
+    log_info("fetch %s chunk %llu: %s", f->host,
+             (unsigned long long)(f->cur < f->n ? f->cks[f->cur]->index : 0),
+             err == UP_OK ? "short body" : upstream_strerror(err));
+    g_stats.fetch_failed++;
     fetch_finish(f, why);
 }
 
 static const struct upstream_sink fetch_sink = {sink_head, sink_body, sink_done};
 
-static void fetch_connect(struct fetch *f, const struct sockaddr_storage *addr)
+static void fetch_connect(struct fetch *f)
 {
+    size_t cap = strlen(f->req_pre) + strlen(f->req_post) + 64;
+    char *head = xmalloc(cap);
+    int n = snprintf(head, cap, "%sRange: bytes=%llu-%llu\r\n%s", f->req_pre,
+                     (unsigned long long)fetch_pos(f), (unsigned long long)fetch_last_byte(f),
+                     f->req_post);
+    ASSERT(n > 0 && (size_t)n < cap);
     struct upstream_req ur;
     memset(&ur, 0, sizeof(ur));
-    ur.addr = *addr;
-    ur.head = f->head;
-    ur.head_len = f->head_len;
+    ur.addr = f->addr;
+    ur.head = head;
+    ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
+    f->discard = false;
     f->up = upstream_start(fctx->loop, fctx->upool, &ur, &fetch_sink, f);
+    free(head); /* upstream_start copied it */
 }
 
 static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
@@ -272,7 +366,9 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     }
     for (size_t i = 0; i < n; i++) {
         if (g_cfg->allow_private || !resolver_addr_is_private((const void *)&addrs[i])) {
-            fetch_connect(f, &addrs[i]);
+            f->addr = addrs[i];
+            f->have_addr = true;
+            fetch_connect(f);
             return;
         }
     }
@@ -281,47 +377,52 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     fetch_finish(f, CHUNK_FAIL_403);
 }
 
-void fetch_start(struct chunk *ck, const struct fetch_origin *o)
+/* The request head around its Range field: request line and Host before, the rest after. */
+static void build_head(struct fetch *f, const struct fetch_origin *o)
 {
+    size_t cap = o->path_len + strlen(o->authority) + 64;
+    f->req_pre = xmalloc(cap);
+    snprintf(f->req_pre, cap, "GET %s%.*s HTTP/1.1\r\nHost: %s\r\n",
+             o->path_len > 0 && o->path[0] == '/' ? "" : "/", (int)o->path_len, o->path,
+             o->authority);
+    cap = o->ua_len + o->processed_by_len + CONFIG_HOST_MAX + 64;
+    f->req_post = xmalloc(cap);
+    snprintf(f->req_post, cap, "%s%.*s%sX-LanCache-Processed-By: %.*s%s%s\r\n\r\n",
+             o->user_agent ? "User-Agent: " : "", (int)o->ua_len,
+             o->user_agent ? o->user_agent : "", o->user_agent ? "\r\n" : "",
+             (int)o->processed_by_len, o->processed_by ? o->processed_by : "",
+             o->processed_by_len > 0 ? ", " : "", g_cfg->hostname);
+}
+
+void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+{
+    ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
-    f->ck = ck;
-    ck->refs++;
-    ck->fetch = f;
+    for (size_t i = 0; i < n; i++) {
+        f->cks[i] = cks[i];
+        cks[i]->refs++;
+        cks[i]->fetch = f;
+    }
+    f->n = n;
     f->host = xstrdup(o->host);
     f->port = o->port;
-    f->host_is_ip = o->host_is_ip;
-    f->start = ck->index * g_cfg->chunk_size;
+    build_head(f, o);
     f->next = fetches;
     if (fetches)
         fetches->pprev = &f->next;
     f->pprev = &fetches;
     fetches = f;
     n_fetches++;
-
-    size_t cap = o->path_len + o->ua_len + o->processed_by_len + strlen(o->authority) + 256 +
-                 CONFIG_HOST_MAX;
-    f->head = xmalloc(cap);
-    int n = snprintf(f->head, cap,
-                     "GET %s%.*s HTTP/1.1\r\nHost: %s\r\nRange: bytes=%llu-%llu\r\n%s%.*s%s"
-                     "X-LanCache-Processed-By: %.*s%s%s\r\n\r\n",
-                     o->path_len > 0 && o->path[0] == '/' ? "" : "/", (int)o->path_len, o->path,
-                     o->authority, (unsigned long long)f->start,
-                     (unsigned long long)(f->start + g_cfg->chunk_size - 1),
-                     o->user_agent ? "User-Agent: " : "", (int)o->ua_len,
-                     o->user_agent ? o->user_agent : "", o->user_agent ? "\r\n" : "",
-                     (int)o->processed_by_len, o->processed_by ? o->processed_by : "",
-                     o->processed_by_len > 0 ? ", " : "", g_cfg->hostname);
-    ASSERT(n > 0 && (size_t)n < cap);
-    f->head_len = (size_t)n;
+    g_stats.fetches++;
 
     if (fctx->has_override) {
-        fetch_connect(f, &fctx->override_addr);
+        f->addr = fctx->override_addr;
+        f->have_addr = true;
+        fetch_connect(f);
     } else if (o->host_is_ip) {
-        struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof(ss));
-        struct sockaddr_in *s4 = (void *)&ss;
-        struct sockaddr_in6 *s6 = (void *)&ss;
+        struct sockaddr_in *s4 = (void *)&f->addr;
+        struct sockaddr_in6 *s6 = (void *)&f->addr;
         if (inet_pton(AF_INET6, o->host, &s6->sin6_addr) == 1) {
             s6->sin6_family = AF_INET6;
             s6->sin6_port = htons(o->port);
@@ -329,7 +430,8 @@ void fetch_start(struct chunk *ck, const struct fetch_origin *o)
             s4->sin_family = AF_INET;
             s4->sin_port = htons(o->port);
         }
-        fetch_connect(f, &ss);
+        f->have_addr = true;
+        fetch_connect(f);
     } else {
         f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
     }

@@ -21,6 +21,7 @@
 #include <ev.h>
 
 #include "access.h"
+#include "admin.h"
 #include "cache.h"
 #include "config.h"
 #include "conn.h"
@@ -49,6 +50,7 @@ static size_t n_domain_sets;
 
 static struct conn_ctx ctx;
 static struct fetch_ctx fctx;
+static struct admin_ctx actx;
 static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
 static ev_timer shutdown_timer;
 static ev_prepare flush_logs; /* writes buffered access log lines once per loop iteration */
@@ -211,6 +213,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     shutting_down = true;
     sd_notify_send("STOPPING=1");
     server_stop();
+    admin_stop();
     upool_drain(ctx.upool);
     conn_drain_all();
     ev_timer_init(&shutdown_timer, on_shutdown_timeout, (double)g_cfg->shutdown_timeout_ms / 1000.0,
@@ -447,6 +450,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "cacheparty: %s\n", err);
         goto out_modules;
     }
+    actx.loop = loop;
+    actx.cache = ctx.cache;
+    actx.domains = &ctx.domains;
+    if (cfg->has_admin && admin_start(&actx, &cfg->admin_listen, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cacheparty: %s\n", err);
+        server_stop();
+        goto out_modules;
+    }
 
     ev_signal_init(&sig_term, on_stop_signal, SIGTERM);
     ev_signal_init(&sig_int, on_stop_signal, SIGINT);
@@ -474,6 +485,7 @@ int main(int argc, char **argv)
     ev_ref(loop);
     ev_prepare_stop(loop, &flush_logs);
     server_stop();
+    admin_stop();
 out_modules:
     conn_module_fini();
     fetch_cancel_all();

@@ -5,6 +5,7 @@
 #include "util.h"
 
 struct stats g_stats;
+uint64_t g_stats_status[STATS_STATUS_MAX];
 
 static const struct stats_field fields[] = {
 #define STATS_X(name, kind, help) {#name, #kind, help, offsetof(struct stats, name)},

@@ -1,0 +1,881 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * admin: the admin listener (/metrics, /status, PURGE). See admin.h.
+ *
+ * | phase   | waits for                                   | idle timer (10 s) |
+ * |---------|---------------------------------------------|-------------------|
+ * | reading | a complete request head in <in> (16 KiB)    | armed             |
+ * | writing | <out> (one whole response) to drain         | armed             |
+ * | linger  | the client's EOF after our FIN (input is    | 2 s               |
+ * |         | discarded), so that closing with unread     |                   |
+ * |         | input sends no RST that could destroy the   |                   |
+ * |         | response in flight                          |                   |
+ * | closing | nothing: freed when the current callback    | stopped           |
+ * |         | (the bottom of the stack) returns           |                   |
+ *
+ * A response is built whole into <out> from the counters at that instant (metrics are bounded by
+ * the number of families and status codes), then written; the next pipelined request is parsed
+ * only once <out> is empty. Every byte read or written re-arms the idle timer, so a client that
+ * sends or takes nothing for 10 s is closed. At most ADMIN_MAX_CONNS connections: more are closed
+ * at once. Ownership: the module owns the listening socket and every struct admin_conn (the list
+ * <conns>); each conn owns its fd and buffers. Loop thread only; never reachable on `listen`.
+ */
+#include "admin.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "buf.h"
+#include "cache.h"
+#include "config.h"
+#include "conn.h"
+#include "domains.h"
+#include "fetch.h"
+#include "http1.h"
+#include "log.h"
+#include "stats.h"
+#include "util.h"
+
+extern const struct config *g_cfg;
+
+#define ADMIN_MAGIC 0xad3170c0u
+#define ADMIN_MAX_CONNS 64
+#define ADMIN_INBUF (16 * 1024) /* request head limit here (431 beyond) */
+#define ADMIN_IDLE_TIMEOUT 10.0 /* seconds without a byte either way */
+#define ADMIN_BACKLOG 64
+#define ADMIN_EMFILE_BACKOFF 0.1 /* seconds */
+#define ADMIN_IDENT_MAX 320      /* a cache identifier given as ?identifier= */
+#define ADMIN_LINGER_TIMEOUT 2.0 /* seconds of discarding input after a final response */
+#define ADMIN_LINGER_MAX (256 * 1024)
+
+/* ---- a growable text buffer: one response under construction ------------------------------ */
+
+struct abuf {
+    char *p; /* owns */
+    size_t len, cap;
+};
+
+static void ab_reserve(struct abuf *b, size_t more)
+{
+    if (b->len + more + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+static void ab_append(struct abuf *b, const char *s, size_t len)
+{
+    ab_reserve(b, len);
+    memcpy(b->p + b->len, s, len);
+    b->len += len;
+    b->p[b->len] = '\0';
+}
+
+static void ab_puts(struct abuf *b, const char *s)
+{
+    ab_append(b, s, strlen(s));
+}
+
+static void ab_printf(struct abuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ab_printf(struct abuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    ASSERT(n >= 0);
+    ab_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void ab_free(struct abuf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---- metrics: one model, two renderings ---------------------------------------------------- */
+
+enum mfmt { MFMT_PROM, MFMT_JSON };
+
+/*
+ * A metrics writer. mw_family() starts a family (and ends the previous one); mw_sample() adds
+ * one sample: <label_value> NULL for an unlabelled family (exactly one sample then).
+ * Prometheus text format 0.0.4: "# HELP", "# TYPE", then "cacheparty_NAME{LABEL="V"} VALUE".
+ * JSON: "NAME": VALUE, or "NAME": {"V": VALUE, ...} for a labelled family.
+ */
+struct mw {
+    struct abuf *b; /* borrows */
+    enum mfmt fmt;
+    char fam[96];
+    const char *label; /* borrows: static; NULL = unlabelled */
+    unsigned n_fam;
+    unsigned n_samples; /* in the current family */
+};
+
+/* Label values and HELP text (Prometheus): backslash, double quote (labels), newline escaped. */
+static void prom_escape(struct abuf *b, const char *s, bool quote)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            ab_puts(b, "\\\\");
+        else if (*s == '\n')
+            ab_puts(b, "\\n");
+        else if (*s == '"' && quote)
+            ab_puts(b, "\\\"");
+        else
+            ab_append(b, s, 1);
+    }
+}
+
+static void json_string(struct abuf *b, const char *s)
+{
+    ab_puts(b, "\"");
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            ab_printf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            ab_printf(b, "\\u%04x", ch);
+        else
+            ab_append(b, s, 1);
+    }
+    ab_puts(b, "\"");
+}
+
+static void mw_end_family(struct mw *w)
+{
+    if (w->n_fam == 0)
+        return;
+    ASSERT(w->label != NULL || w->n_samples == 1);
+    if (w->fmt == MFMT_JSON && w->label != NULL)
+        ab_puts(w->b, "}");
+}
+
+static void mw_begin(struct mw *w, struct abuf *b, enum mfmt fmt)
+{
+    memset(w, 0, sizeof(*w));
+    w->b = b;
+    w->fmt = fmt;
+    if (fmt == MFMT_JSON)
+        ab_puts(b, "{");
+}
+
+static void mw_finish(struct mw *w)
+{
+    mw_end_family(w);
+    if (w->fmt == MFMT_JSON)
+        ab_puts(w->b, "\n}\n");
+}
+
+/* <name> without the cacheparty_ prefix; <type> "counter" or "gauge"; <label> NULL or static. */
+static void mw_family(struct mw *w, const char *name, const char *type, const char *help,
+                      const char *label)
+{
+    mw_end_family(w);
+    int n = snprintf(w->fam, sizeof(w->fam), "%s", name);
+    ASSERT(n > 0 && (size_t)n < sizeof(w->fam));
+    w->label = label;
+    w->n_samples = 0;
+    if (w->fmt == MFMT_PROM) {
+        ab_printf(w->b, "# HELP cacheparty_%s ", name);
+        prom_escape(w->b, help, false);
+        ab_printf(w->b, "\n# TYPE cacheparty_%s %s\n", name, type);
+    } else {
+        ab_puts(w->b, w->n_fam > 0 ? ",\n  " : "\n  ");
+        json_string(w->b, name);
+        ab_puts(w->b, label != NULL ? ": {" : ": ");
+    }
+    w->n_fam++;
+}
+
+static void mw_sample(struct mw *w, const char *label_value, uint64_t v)
+{
+    ASSERT(w->n_fam > 0);
+    ASSERT((label_value == NULL) == (w->label == NULL));
+    if (w->fmt == MFMT_PROM) {
+        ab_printf(w->b, "cacheparty_%s", w->fam);
+        if (label_value != NULL) {
+            ab_printf(w->b, "{%s=\"", w->label);
+            prom_escape(w->b, label_value, true);
+            ab_puts(w->b, "\"}");
+        }
+        ab_printf(w->b, " %llu\n", (unsigned long long)v);
+    } else {
+        if (label_value != NULL) {
+            if (w->n_samples > 0)
+                ab_puts(w->b, ", ");
+            json_string(w->b, label_value);
+            ab_puts(w->b, ": ");
+        }
+        ab_printf(w->b, "%llu", (unsigned long long)v);
+    }
+    w->n_samples++;
+}
+
+static uint64_t stat_at(size_t off)
+{
+    uint64_t v;
+    ASSERT(off + sizeof(v) <= sizeof(g_stats));
+    memcpy(&v, (const char *)&g_stats + off, sizeof(v));
+    return v;
+}
+
+/* g_stats fields exported inside the labelled families below (and so not again on their own). */
+struct stat_label {
+    const char *label;
+    size_t off;
+};
+
+static const struct stat_label resp_bytes[] = {
+    {"hit", offsetof(struct stats, bytes_hit)},
+    {"miss", offsetof(struct stats, bytes_miss)},
+    {"bypass", offsetof(struct stats, bytes_bypass)},
+};
+
+static const struct stat_label errors[] = {
+    {"upstream_connect", offsetof(struct stats, upstream_err_connect)},
+    {"upstream_timeout", offsetof(struct stats, upstream_err_timeout)},
+    {"upstream_proto", offsetof(struct stats, upstream_err_proto)},
+    {"upstream_io", offsetof(struct stats, upstream_err_io)},
+    {"client_bad_request", offsetof(struct stats, client_bad_request)},
+    {"client_timeout", offsetof(struct stats, client_timeout)},
+    {"client_reset", offsetof(struct stats, client_reset)},
+    {"forbidden", offsetof(struct stats, forbidden)},
+    {"loop", offsetof(struct stats, loops)},
+    {"dns", offsetof(struct stats, dns_failures)},
+};
+
+static const size_t upstream_offs[] = {
+    offsetof(struct stats, upstream_requests),
+    offsetof(struct stats, upstream_bytes),
+};
+
+/* Generic fields whose natural name would collide with a family above. */
+static const struct {
+    const char *field, *name;
+} renames[] = {
+    {"requests", "client_requests"}, /* requests_total{status} counts responses */
+};
+
+static bool stat_is_covered(size_t off)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(resp_bytes); i++)
+        if (resp_bytes[i].off == off)
+            return true;
+    for (size_t i = 0; i < ARRAY_SIZE(errors); i++)
+        if (errors[i].off == off)
+            return true;
+    for (size_t i = 0; i < ARRAY_SIZE(upstream_offs); i++)
+        if (upstream_offs[i] == off)
+            return true;
+    return false;
+}
+
+static struct admin_ctx *actx; /* borrows: main's */
+static unsigned n_conns;
+
+static void write_metrics(struct mw *w)
+{
+    struct cache_stats cs;
+    memset(&cs, 0, sizeof(cs));
+    if (actx->cache != NULL)
+        cache_get_stats(actx->cache, &cs);
+
+    mw_family(w, "requests_total", "counter", "client responses by status code", "status");
+    for (int s = 0; s < STATS_STATUS_MAX; s++) {
+        if (g_stats_status[s] == 0)
+            continue;
+        char v[16];
+        snprintf(v, sizeof(v), "%d", s);
+        mw_sample(w, v, g_stats_status[s]);
+    }
+    mw_family(w, "response_bytes_total", "counter",
+              "response body bytes sent to clients, by cache status", "cache");
+    for (size_t i = 0; i < ARRAY_SIZE(resp_bytes); i++)
+        mw_sample(w, resp_bytes[i].label, stat_at(resp_bytes[i].off));
+    mw_family(w, "upstream_requests_total", "counter", "requests sent to origins", NULL);
+    mw_sample(w, NULL, g_stats.upstream_requests);
+    mw_family(w, "upstream_bytes_total", "counter", "response body bytes received from origins",
+              NULL);
+    mw_sample(w, NULL, g_stats.upstream_bytes);
+    mw_family(w, "coalesced_total", "counter", "chunk requests that joined a fetch in flight",
+              NULL);
+    mw_sample(w, NULL, cs.coalesced);
+    mw_family(w, "inflight_fetches", "gauge", "origin fetches running", NULL);
+    mw_sample(w, NULL, fetch_live());
+    mw_family(w, "connections", "gauge", "open connections by listener", "kind");
+    mw_sample(w, "http", conn_count());
+    mw_sample(w, "tls", 0); /* XXX: the TLS relay does not exist yet */
+    mw_sample(w, "admin", n_conns);
+    /* XXX: disk bytes/chunks/evictions are 0 until struct cache_stats accounts for the disk tier
+     * (disk_bytes, disk_chunks, disk_evictions): then export them here. */
+    mw_family(w, "cache_bytes", "gauge", "bytes held by the cache, by tier", "tier");
+    mw_sample(w, "memory", cs.mem_bytes);
+    mw_sample(w, "disk", 0);
+    mw_family(w, "cache_chunks", "gauge", "chunks held by the cache, by tier", "tier");
+    mw_sample(w, "memory", cs.mem_chunks);
+    mw_sample(w, "disk", 0);
+    mw_family(w, "evictions_total", "counter", "chunks evicted, by tier", "tier");
+    mw_sample(w, "memory", cs.evictions);
+    mw_sample(w, "disk", 0);
+    mw_family(w, "integrity_failures_total", "counter",
+              "cached chunk files that failed verification (deleted, refetched)", NULL);
+    mw_sample(w, NULL, cs.integrity_failures);
+    mw_family(w, "errors_total", "counter", "handled failures, by kind", "kind");
+    for (size_t i = 0; i < ARRAY_SIZE(errors); i++)
+        mw_sample(w, errors[i].label, stat_at(errors[i].off));
+    mw_sample(w, "disk_write", cs.disk_write_errors);
+    mw_family(w, "cache_hits_total", "counter", "chunk lookups answered from the cache, by tier",
+              "tier");
+    mw_sample(w, "memory", cs.mem_hits);
+    mw_sample(w, "disk", cs.disk_hits);
+    mw_family(w, "cache_misses_total", "counter", "chunk lookups that started a fetch", NULL);
+    mw_sample(w, NULL, cs.misses);
+    mw_family(w, "cache_disk_writes_total", "counter", "chunk files written", NULL);
+    mw_sample(w, NULL, cs.disk_writes);
+    mw_family(w, "cache_purged_chunks_total", "counter", "chunks removed by PURGE", NULL);
+    mw_sample(w, NULL, cs.purged);
+
+    /* Every other counter of the stats table, so that nothing is hidden. */
+    size_t n;
+    const struct stats_field *f = stats_fields(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (stat_is_covered(f[i].offset))
+            continue;
+        const char *name = f[i].name;
+        for (size_t k = 0; k < ARRAY_SIZE(renames); k++)
+            if (strcmp(name, renames[k].field) == 0)
+                name = renames[k].name;
+        bool counter = strcmp(f[i].kind, "counter") == 0;
+        char fam[96];
+        snprintf(fam, sizeof(fam), "%s%s", name, counter ? "_total" : "");
+        mw_family(w, fam, counter ? "counter" : "gauge", f[i].help, NULL);
+        mw_sample(w, NULL, stat_at(f[i].offset));
+    }
+}
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+struct admin_conn {
+    unsigned magic;
+    unsigned id;
+    int fd; /* owns */
+    ev_io io;
+    unsigned io_events;
+    ev_timer timer;   /* idle: re-armed on every byte read or written */
+    struct buf in;    /* owns: request heads */
+    struct abuf out;  /* owns: the response being sent */
+    size_t out_off;   /* bytes of <out> already sent */
+    bool peer_eof;    /* read nothing more */
+    bool close_after; /* close once <out> is sent; read no more requests */
+    bool lingering;   /* FIN sent: discarding input until EOF */
+    size_t discarded; /* input bytes discarded while lingering */
+    bool closing;     /* watchers stopped; freed when the current callback returns */
+    char peer[64];
+    struct admin_conn *next, **pprev; /* all live admin conns */
+};
+
+static ev_io listener;
+static bool listening;
+static ev_timer backoff;
+static struct admin_conn *conns;
+static unsigned next_id;
+
+/* Queues the whole response to the current request. <body> is borrowed. */
+static void respond(struct admin_conn *c, const struct h1_req *req, int status, const char *ctype,
+                    const char *extra, const char *body, size_t body_len, bool head_only)
+{
+    ASSERT(c->out.len == 0);
+    if (req == NULL || !req->keep_alive)
+        c->close_after = true;
+    ab_printf(&c->out,
+              "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+              "Cache-Control: no-store\r\n%s",
+              status, h1_reason(status), ctype, body_len, extra != NULL ? extra : "");
+    if (c->close_after)
+        ab_puts(&c->out, "Connection: close\r\n");
+    else if (req->version_minor == 0)
+        ab_puts(&c->out, "Connection: keep-alive\r\n");
+    ab_puts(&c->out, "\r\n");
+    if (!head_only)
+        ab_append(&c->out, body, body_len);
+    c->out_off = 0;
+}
+
+static void respond_text(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *extra, bool head_only, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void respond_text(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *extra, bool head_only, const char *fmt, ...)
+{
+    char body[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(body, sizeof(body), fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
+    respond(c, req, status, "text/plain; charset=utf-8", extra, body, len, head_only);
+}
+
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/*
+ * The value of query parameter <name> in <q>[0..len) (without the '?'), percent-decoded into
+ * <out>. Returns 1 when found and valid, 0 when absent, -1 when empty, too long or holding
+ * control bytes, spaces or a bad escape (a cache identifier never does).
+ */
+static int query_param(const char *q, size_t len, const char *name, char *out, size_t outlen)
+{
+    size_t nlen = strlen(name);
+    size_t i = 0;
+    while (i < len) {
+        const char *p = q + i;
+        const char *amp = memchr(p, '&', len - i);
+        size_t plen = amp != NULL ? (size_t)(amp - p) : len - i;
+        i += plen + 1;
+        if (plen <= nlen || memcmp(p, name, nlen) != 0 || p[nlen] != '=')
+            continue;
+        size_t o = 0;
+        for (size_t k = nlen + 1; k < plen; k++) {
+            int ch = (unsigned char)p[k];
+            if (ch == '%') {
+                int hi = k + 2 < plen ? hexval(p[k + 1]) : -1;
+                int lo = k + 2 < plen ? hexval(p[k + 2]) : -1;
+                if (hi < 0 || lo < 0)
+                    return -1;
+                ch = hi * 16 + lo;
+                k += 2;
+            }
+            if (ch <= 0x20 || ch == 0x7f || o + 1 >= outlen)
+                return -1;
+            out[o++] = (char)ch;
+        }
+        if (o == 0)
+            return -1;
+        out[o] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+static void handle_purge(struct admin_conn *c, const char *h, const struct h1_req *req)
+{
+    const char *path = req->path_only.len > 0 ? h + req->path_only.off : "/";
+    size_t plen = req->path_only.len > 0 ? req->path_only.len : 1;
+    const char *q = h + req->path.off + req->path_only.len;
+    size_t qlen = req->path.len - req->path_only.len;
+    if (qlen > 0 && q[0] == '?') {
+        q++;
+        qlen--;
+    }
+    char ident[ADMIN_IDENT_MAX];
+    int found = query_param(q, qlen, "identifier", ident, sizeof(ident));
+    if (found < 0) {
+        respond_text(c, req, 400, NULL, false, "bad ?identifier= value\n");
+        return;
+    }
+    if (found == 0) {
+        struct h1_authority auth;
+        if (h1_authority_parse(h + req->authority.off, req->authority.len, &auth) < 0) {
+            respond_text(c, req, 400, NULL, false, "bad Host\n");
+            return;
+        }
+        const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
+        const struct domains *doms = actx->domains != NULL ? *actx->domains : NULL;
+        const char *id = domains_identify(doms, auth.host, ua ? h + ua->value.off : NULL,
+                                          ua ? ua->value.len : 0, g_cfg->steam_user_agent);
+        if (id == NULL && g_cfg->allow_unlisted)
+            id = auth.ident;
+        if (id == NULL) {
+            respond_text(c, req, 404, NULL, false,
+                         "host %s is not in the cache-domains lists (allow_unlisted = no): "
+                         "no cache identifier; give ?identifier=NAME\n",
+                         auth.host);
+            return;
+        }
+        snprintf(ident, sizeof(ident), "%s", id);
+    }
+    size_t ilen = strlen(ident);
+    size_t klen = ilen + 1 + plen;
+    char *key = xmalloc(klen + 1);
+    memcpy(key, ident, ilen);
+    key[ilen] = '\n';
+    memcpy(key + ilen + 1, path, plen);
+    key[klen] = '\0';
+    int n = actx->cache != NULL ? cache_purge(actx->cache, key, klen) : 0;
+    free(key);
+    if (n < 0) {
+        log_warn("admin#%u %s: PURGE [%s] %.*s: %s", c->id, c->peer, ident, (int)plen, path,
+                 strerror(-n));
+        respond_text(c, req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
+        return;
+    }
+    log_info("admin#%u %s: PURGE [%s] %.*s: %d chunks removed", c->id, c->peer, ident, (int)plen,
+             path, n);
+    respond_text(c, req, 200, NULL, false, "purged %d\n", n);
+}
+
+static bool path_is(const char *h, const struct h1_req *req, const char *p)
+{
+    size_t len = strlen(p);
+    return req->path_only.len == len && memcmp(h + req->path_only.off, p, len) == 0;
+}
+
+/* Answers the request held in <h> (the input buffer) and parsed into <req>. */
+static void handle_request(struct admin_conn *c, const char *h, const struct h1_req *req)
+{
+    /* A request body is never read: the next request could not be found after it. */
+    if (req->has_body || req->has_te)
+        c->close_after = true;
+    bool get = req->method == H1_M_GET || req->method == H1_M_HEAD;
+    bool head = req->method == H1_M_HEAD;
+    bool purge = req->method == H1_M_OTHER && req->method_s.len == 5 &&
+                 memcmp(h + req->method_s.off, "PURGE", 5) == 0;
+    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status");
+
+    if (req->method == H1_M_CONNECT)
+        c->close_after = true;
+    if (purge) {
+        handle_purge(c, h, req);
+    } else if (get && known) {
+        struct abuf body = {NULL, 0, 0};
+        struct mw w;
+        bool prom = path_is(h, req, "/metrics");
+        mw_begin(&w, &body, prom ? MFMT_PROM : MFMT_JSON);
+        write_metrics(&w);
+        mw_finish(&w);
+        respond(c, req, 200, prom ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
+                NULL, body.p, body.len, head);
+        ab_free(&body);
+    } else if (get) {
+        respond_text(c, req, 404, NULL, head, "not found: try /metrics, /status or PURGE\n");
+    } else {
+        respond_text(c, req, 405, known ? "Allow: GET, HEAD\r\n" : "Allow: GET, HEAD, PURGE\r\n",
+                     false, "method not allowed\n");
+    }
+}
+
+/* Parses and answers one request from <in>. Returns true if a response was queued. */
+static bool admin_step(struct admin_conn *c)
+{
+    size_t len = buf_len(&c->in);
+    if (len == 0)
+        return false;
+    struct h1_req req;
+    const char *why = NULL;
+    ssize_t n = h1_req_parse(c->in.pos, len, &req, &why);
+    if (n == 0 && len >= ADMIN_INBUF) {
+        n = -431;
+        why = "head too large";
+    }
+    if (n == 0)
+        return false;
+    if (n < 0) {
+        log_info("admin#%u %s: bad request (%d %s)", c->id, c->peer, (int)-n, why ? why : "");
+        c->close_after = true; /* parse nothing more */
+        buf_reset(&c->in);
+        respond_text(c, NULL, (int)-n, NULL, false, "%s\n", h1_reason((int)-n));
+        return true;
+    }
+    handle_request(c, c->in.pos, &req);
+    buf_consume(&c->in, (size_t)n);
+    return true;
+}
+
+static void admin_close(struct admin_conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    ev_io_stop(actx->loop, &c->io);
+    ev_timer_stop(actx->loop, &c->timer);
+}
+
+static void admin_free(struct admin_conn *c)
+{
+    CHECK_OBJ(c, ADMIN_MAGIC);
+    ev_io_stop(actx->loop, &c->io);
+    ev_timer_stop(actx->loop, &c->timer);
+    close(c->fd);
+    buf_free(&c->in);
+    ab_free(&c->out);
+    *c->pprev = c->next;
+    if (c->next != NULL)
+        c->next->pprev = c->pprev;
+    n_conns--;
+    log_debug("admin#%u %s: closed", c->id, c->peer);
+    c->magic = 0;
+    free(c);
+}
+
+/* Writes what it can of <out>. Returns false if the connection failed (and is closing). */
+static bool admin_flush(struct admin_conn *c)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n < 0) {
+            log_debug("admin#%u %s: send: %s", c->id, c->peer, strerror(errno));
+            admin_close(c);
+            return false;
+        }
+        c->out_off += (size_t)n;
+        ev_timer_again(actx->loop, &c->timer);
+    }
+    if (c->out.len > 0) {
+        ab_free(&c->out); /* between requests an idle conn holds no output memory */
+        c->out_off = 0;
+    }
+    return true;
+}
+
+/* The one place that decides watcher interest: write while output is pending, read while there
+ * is room for input and more may come. */
+static void admin_update_io(struct admin_conn *c)
+{
+    unsigned ev = 0;
+    if (c->closing)
+        return;
+    if (c->out_off < c->out.len)
+        ev |= EV_WRITE;
+    if (c->lingering ||
+        (!c->peer_eof && !c->close_after && (buf_room(&c->in) > 0 || c->in.pos > c->in.start)))
+        ev |= EV_READ;
+    if (ev == c->io_events)
+        return;
+    ev_io_stop(actx->loop, &c->io);
+    c->io_events = ev;
+    if (ev != 0) {
+        ev_io_set(&c->io, c->fd, (int)ev);
+        ev_io_start(actx->loop, &c->io);
+    }
+}
+
+/* Writes, answers the requests buffered (one at a time), decides to close. */
+static void admin_drive(struct admin_conn *c)
+{
+    for (;;) {
+        if (!admin_flush(c))
+            return;
+        if (c->out.len > 0)
+            break; /* the client is slow: wait for EV_WRITE */
+        if (c->close_after) {
+            if (!c->peer_eof && shutdown(c->fd, SHUT_WR) == 0) {
+                c->lingering = true;
+                c->timer.repeat = ADMIN_LINGER_TIMEOUT;
+                ev_timer_again(actx->loop, &c->timer);
+                break;
+            }
+            admin_close(c);
+            return;
+        }
+        if (admin_step(c))
+            continue; /* a response was queued: write it */
+        if (c->peer_eof) {
+            admin_close(c); /* no complete request left and nothing more will come */
+            return;
+        }
+        break;
+    }
+    admin_update_io(c);
+}
+
+static void on_admin_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    struct admin_conn *c = container_of(w, struct admin_conn, io);
+    CHECK_OBJ(c, ADMIN_MAGIC);
+    if ((revents & EV_READ) && c->lingering) {
+        char scratch[4096];
+        ssize_t n;
+        do {
+            n = recv(c->fd, scratch, sizeof(scratch), 0);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0)
+            c->discarded += (size_t)n;
+        if (n == 0 || (n < 0 && errno != EAGAIN) || c->discarded > ADMIN_LINGER_MAX)
+            admin_close(c);
+    } else if ((revents & EV_READ) && !c->peer_eof && !c->close_after) {
+        if (buf_room(&c->in) == 0)
+            buf_compact(&c->in);
+        ssize_t n;
+        do {
+            n = recv(c->fd, c->in.last, buf_room(&c->in), 0);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            c->in.last += n;
+            ev_timer_again(actx->loop, &c->timer);
+        } else if (n == 0) {
+            c->peer_eof = true;
+        } else if (errno != EAGAIN) {
+            log_debug("admin#%u %s: recv: %s", c->id, c->peer, strerror(errno));
+            admin_close(c);
+        }
+    }
+    if (!c->closing && !c->lingering)
+        admin_drive(c);
+    /* The bottom of the stack: nothing above still uses <c>. */
+    if (c->closing)
+        admin_free(c);
+}
+
+static void on_admin_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct admin_conn *c = container_of(w, struct admin_conn, timer);
+    CHECK_OBJ(c, ADMIN_MAGIC);
+    log_debug("admin#%u %s: idle timeout", c->id, c->peer);
+    admin_close(c);
+    admin_free(c);
+}
+
+static void admin_conn_new(int fd, const struct sockaddr_storage *peer)
+{
+    struct admin_conn *c = xcalloc(1, sizeof(*c));
+    c->magic = ADMIN_MAGIC;
+    c->id = ++next_id;
+    c->fd = fd;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (peer->ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const void *)peer;
+        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
+    } else if (peer->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const void *)peer;
+        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
+    }
+    buf_alloc(&c->in, ADMIN_INBUF);
+    ev_init(&c->io, on_admin_io);
+    ev_init(&c->timer, on_admin_timeout);
+    c->timer.repeat = ADMIN_IDLE_TIMEOUT;
+    ev_timer_again(actx->loop, &c->timer);
+    c->next = conns;
+    if (conns != NULL)
+        conns->pprev = &c->next;
+    c->pprev = &conns;
+    conns = c;
+    n_conns++;
+    log_debug("admin#%u %s: accepted", c->id, c->peer);
+    admin_update_io(c);
+}
+
+/* ---- the listener -------------------------------------------------------------------------- */
+
+static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    if (listening)
+        ev_io_start(loop, &listener);
+}
+
+static void on_admin_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)revents;
+    for (int i = 0; i < ADMIN_MAX_CONNS; i++) {
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int fd = accept4(w->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                return;
+            log_warn("admin accept: %s", strerror(errno));
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Level-triggered: retrying at once would spin. */
+                ev_io_stop(loop, &listener);
+                ev_timer_stop(loop, &backoff);
+                ev_timer_set(&backoff, ADMIN_EMFILE_BACKOFF, 0.);
+                ev_timer_start(loop, &backoff);
+            }
+            return;
+        }
+        if (n_conns >= ADMIN_MAX_CONNS) {
+            log_warn("admin: %u connections open: closing a new one", n_conns);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        admin_conn_new(fd, &peer);
+    }
+}
+
+int admin_start(struct admin_ctx *ctx, const struct cfg_addr *addr, char *err, size_t errlen)
+{
+    ASSERT(!listening);
+    actx = ctx;
+    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "admin_listen %s: socket: %s", addr->text, strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->ss.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0 ||
+        listen(fd, ADMIN_BACKLOG) < 0) {
+        snprintf(err, errlen, "admin_listen %s: %s", addr->text, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    ev_io_init(&listener, on_admin_accept, fd, EV_READ);
+    ev_io_start(ctx->loop, &listener);
+    ev_init(&backoff, on_backoff);
+    listening = true;
+    log_info("admin listening on %s", addr->text);
+    return 0;
+}
+
+void admin_stop(void)
+{
+    if (!listening)
+        return;
+    listening = false;
+    ev_timer_stop(actx->loop, &backoff);
+    ev_io_stop(actx->loop, &listener);
+    close(listener.fd);
+    while (conns != NULL) {
+        admin_close(conns);
+        admin_free(conns);
+    }
+}
+
+unsigned admin_conn_count(void)
+{
+    return n_conns;
+}
