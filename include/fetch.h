@@ -5,8 +5,12 @@
  * "GET path Range: bytes=a-b" built afresh (Host, User-Agent, X-LanCache-Processed-By), checks
  * the answer (206 with the matching Content-Range, or 200 from an origin without range support,
  * whose body is skipped to the chunk), sets the object's meta, commits body bytes into the chunk
- * as they arrive and seals it. Any other status fails the chunk with CHUNK_FAIL_PASS so that its
- * readers forward their own requests uncached.
+ * as they arrive and seals it. Redirects (301/302/303/307/308) are followed here, at most
+ * FETCH_MAX_REDIRECTS hops (more: 502), each target host checked like a client's (authority
+ * syntax, IP literals, the cache-domains lists or allow_unlisted, private addresses), and the
+ * bytes are stored under the original key; a target that fails the checks (or is https) fails
+ * the chunk with CHUNK_FAIL_PASS. Any other status also fails it with CHUNK_FAIL_PASS so that
+ * its readers forward their own requests uncached.
  *
  * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> UPSTREAM -> done: the chunk is sealed
  * or failed, the ref dropped, the fetch freed. It does not depend on any client: a fetch whose
@@ -41,13 +45,18 @@ struct fetch_origin {
 };
 
 /* The loop-wide context the fetches use; set once by main. */
+struct domains;
+
 struct fetch_ctx {
     struct ev_loop *loop;
     struct resolver *resolver;
     struct upool *upool;
     bool has_override;
     struct sockaddr_storage override_addr;
+    const struct domains *const *domains; /* the current lists, for redirect targets */
 };
+
+#define FETCH_MAX_REDIRECTS 5
 
 void fetch_module_init(struct fetch_ctx *ctx);
 /*

@@ -27,6 +27,7 @@
 
 #include "cache.h"
 #include "config.h"
+#include "domains.h"
 #include "log.h"
 #include "range.h"
 #include "resolver.h"
@@ -46,6 +47,7 @@ struct fetch {
     size_t n;                          /* chunks in the run (trimmed to the object's end) */
     size_t cur;                        /* the chunk being filled */
     char *host;                        /* owns */
+    char *authority;                   /* owns: the Host header value */
     uint16_t port;
     char *req_pre;  /* owns: request line and Host */
     char *req_post; /* owns: the fields after Range, and the blank line */
@@ -58,6 +60,10 @@ struct fetch {
     bool discard;              /* uncacheable answer: drain its short body, keep the socket */
     bool resumed;              /* this attempt continues an earlier one */
     unsigned attempts;
+    unsigned hops;          /* redirects followed */
+    char *location;         /* owns: a redirect to follow once its body is drained */
+    char *ua;               /* owns: the first reader's User-Agent (redirect checks) */
+    char *processed_by;     /* owns: the X-LanCache-Processed-By chain received */
     struct cache_meta meta; /* as first answered (resumptions must match) */
     bool meta_known;
     struct chunk_waiter memw; /* waiting for memory */
@@ -104,8 +110,12 @@ static void fetch_free(struct fetch *f)
         f->next->pprev = f->pprev;
     n_fetches--;
     free(f->host);
+    free(f->authority);
     free(f->req_pre);
     free(f->req_post);
+    free(f->location);
+    free(f->ua);
+    free(f->processed_by);
     f->magic = 0;
     free(f);
 }
@@ -141,7 +151,70 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
 }
 
 static void fetch_connect(struct fetch *f);
+static void fetch_route(struct fetch *f, bool host_is_ip);
+static void build_head(struct fetch *f, const struct fetch_origin *o);
 static void on_mem(struct chunk_waiter *w);
+
+/*
+ * Follows f->location: "http://authority/path", "//authority/path" or "/path" (same origin).
+ * Returns false when it cannot or must not be followed (the caller fails the chunk: PASS).
+ */
+static bool follow_redirect(struct fetch *f)
+{
+    const char *loc = f->location, *path;
+    char authority[300];
+    if (strncmp(loc, "http://", 7) == 0 || strncmp(loc, "//", 2) == 0) {
+        const char *a = loc + (loc[0] == '/' ? 2 : 7);
+        size_t alen = strcspn(a, "/?#");
+        if (alen == 0 || alen >= sizeof(authority))
+            return false;
+        memcpy(authority, a, alen);
+        authority[alen] = '\0';
+        path = a + alen;
+    } else if (loc[0] == '/') {
+        snprintf(authority, sizeof(authority), "%s", f->authority);
+        path = loc;
+    } else {
+        return false; /* https, relative paths without '/', anything else */
+    }
+    struct h1_authority auth;
+    if (h1_authority_parse(authority, strlen(authority), &auth) < 0)
+        return false;
+    if (auth.is_ip && !g_cfg->allow_private)
+        return false;
+    const struct domains *d = fctx->domains != NULL ? *fctx->domains : NULL;
+    if (domains_identify(d, auth.host, f->ua, f->ua ? strlen(f->ua) : 0, g_cfg->steam_user_agent) ==
+            NULL &&
+        !g_cfg->allow_unlisted)
+        return false;
+    size_t plen = strcspn(path, "#");
+    struct fetch_origin o;
+    memset(&o, 0, sizeof(o));
+    o.host = auth.host;
+    o.host_is_ip = auth.is_ip;
+    o.port = auth.port;
+    o.authority = auth.ident;
+    o.path = plen > 0 ? path : "/";
+    o.path_len = plen > 0 ? plen : 1;
+    o.user_agent = f->ua;
+    o.ua_len = f->ua ? strlen(f->ua) : 0;
+    o.processed_by = f->processed_by;
+    o.processed_by_len = f->processed_by ? strlen(f->processed_by) : 0;
+    log_info("fetch %s: redirected to http://%s%.*s (hop %u)", f->host, auth.ident, (int)plen, path,
+             f->hops);
+    free(f->req_pre);
+    free(f->req_post);
+    free(f->host);
+    free(f->authority);
+    f->host = xstrdup(auth.host);
+    f->authority = xstrdup(auth.ident);
+    f->port = auth.port;
+    build_head(f, &o);
+    free(f->location);
+    f->location = NULL;
+    fetch_route(f, auth.is_ip);
+    return true;
+}
 
 /* Memory for the current chunk; false while waiting (reads stay paused). */
 static bool reserve_current(struct fetch *f)
@@ -226,6 +299,27 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->whole_object = true;
         f->skip = pos;
         m.total = resp->content_length;
+    } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
+                               resp->status == 307 || resp->status == 308)) {
+        char loc[CHUNKFILE_KEY_MAX];
+        header_value(buf, resp, "Location", loc, sizeof(loc));
+        if (loc[0] == '\0')
+            goto pass;
+        if (++f->hops > FETCH_MAX_REDIRECTS) {
+            log_info("fetch %s: more than %d redirects", f->host, FETCH_MAX_REDIRECTS);
+            goto fail;
+        }
+        free(f->location);
+        f->location = xstrdup(loc);
+        if (resp->framing == H1_BODY_NONE ||
+            (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
+            f->discard = true; /* followed once the short body is read away */
+            return;
+        }
+        upstream_cancel(&f->up);
+        if (!follow_redirect(f))
+            fetch_finish(f, CHUNK_FAIL_PASS);
+        return;
     } else if (f->resumed) {
         log_info("fetch %s: resumption answered %d: giving up", f->host, resp->status);
         goto fail;
@@ -302,6 +396,11 @@ static void sink_done(void *arg, enum up_err err)
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->up = NULL;
+    if (f->discard && f->location != NULL) {
+        if (!follow_redirect(f))
+            fetch_finish(f, CHUNK_FAIL_PASS);
+        return;
+    }
     if (f->discard) {
         fetch_finish(f, CHUNK_FAIL_PASS);
         return;
@@ -416,19 +515,31 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
     n_fetches++;
     g_stats.fetches++;
 
+    f->authority = xstrdup(o->authority);
+    if (o->user_agent != NULL)
+        f->ua = xstrndup(o->user_agent, o->ua_len);
+    if (o->processed_by != NULL)
+        f->processed_by = xstrndup(o->processed_by, o->processed_by_len);
+    fetch_route(f, o->host_is_ip);
+}
+
+/* To the override address, the IP literal, or through the resolver for f->host. */
+static void fetch_route(struct fetch *f, bool host_is_ip)
+{
+    memset(&f->addr, 0, sizeof(f->addr));
     if (fctx->has_override) {
         f->addr = fctx->override_addr;
         f->have_addr = true;
         fetch_connect(f);
-    } else if (o->host_is_ip) {
+    } else if (host_is_ip) {
         struct sockaddr_in *s4 = (void *)&f->addr;
         struct sockaddr_in6 *s6 = (void *)&f->addr;
-        if (inet_pton(AF_INET6, o->host, &s6->sin6_addr) == 1) {
+        if (inet_pton(AF_INET6, f->host, &s6->sin6_addr) == 1) {
             s6->sin6_family = AF_INET6;
-            s6->sin6_port = htons(o->port);
-        } else if (inet_aton(o->host, &s4->sin_addr) != 0) {
+            s6->sin6_port = htons(f->port);
+        } else if (inet_aton(f->host, &s4->sin_addr) != 0) {
             s4->sin_family = AF_INET;
-            s4->sin_port = htons(o->port);
+            s4->sin_port = htons(f->port);
         }
         f->have_addr = true;
         fetch_connect(f);
