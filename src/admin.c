@@ -94,16 +94,20 @@ static void ab_puts(struct abuf *b, const char *s)
 static void ab_printf(struct abuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ab_printf(struct abuf *b, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    ASSERT(n >= 0);
-    ab_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
+    ab_reserve(b, 128);
+    for (;;) {
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, room, fmt, ap);
+        va_end(ap);
+        ASSERT(n >= 0);
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        ab_reserve(b, (size_t)n);
+    }
 }
 
 static void ab_free(struct abuf *b)
