@@ -1871,3 +1871,104 @@ def main():
     unittest.TestSuite(tests).run(res)
     bad = sum(1 for r in res.records if r["status"] == "fail")
     return 1 if bad else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Chunk files in a cache dir (cache and disk tests): the header of include/chunkfile.h, parsed
+# without checking its hashes (the daemon does that). Read-only.
+# --------------------------------------------------------------------------------------------
+CHUNK_FILE_MAGIC = b"CPCHUNK1"
+_CHUNK_FIXED = struct.Struct("<8sIIQQQIIHHHH")   # the 56 bytes before the key
+
+
+def cache_key(target, host=DEFAULT_HOST):
+    """The cache key of <target> for an unlisted host (allow_unlisted): "host\\npath"."""
+    return "%s\n%s" % (host, path_of(target))
+
+
+def chunk_files(cache_dir):
+    """Paths of every file in <cache_dir> except tmp/ and the cacheparty.cache marker, sorted."""
+    out = []
+    for root, dirs, files in os.walk(cache_dir):
+        if os.path.samefile(root, cache_dir):
+            dirs[:] = [d for d in dirs if d != "tmp"]
+        for f in files:
+            if os.path.samefile(root, cache_dir) and f == "cacheparty.cache":
+                continue
+            out.append(os.path.join(root, f))
+    return sorted(out)
+
+
+def chunk_file_info(path):
+    """The header fields of chunk file <path> as a dict (path, size, magic, version, hdr_len,
+    chunk_size, index, total, data_len, key, etag, last_modified, content_type), or None when
+    the file is missing or too short to hold the fields."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_CHUNK_FIXED.size + 16384)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    if len(data) < _CHUNK_FIXED.size:
+        return None
+    (magic, version, hdr_len, chunk_size, index, total, data_len, _flags, key_len, etag_len,
+     lm_len, ct_len) = _CHUNK_FIXED.unpack_from(data)
+    off = _CHUNK_FIXED.size
+    fields = []
+    for n in (key_len, etag_len, lm_len, ct_len):
+        fields.append(data[off:off + n].decode("latin-1"))
+        off += n
+    return {"path": path, "size": size, "magic": magic, "version": version, "hdr_len": hdr_len,
+            "chunk_size": chunk_size, "index": index, "total": total, "data_len": data_len,
+            "key": fields[0], "etag": fields[1], "last_modified": fields[2],
+            "content_type": fields[3]}
+
+
+def chunk_index(cache_dir):
+    """{(key, index): info} of the chunk files in <cache_dir> whose header parses."""
+    out = {}
+    for p in chunk_files(cache_dir):
+        i = chunk_file_info(p)
+        if i is not None and i["magic"] == CHUNK_FILE_MAGIC:
+            out[(i["key"], i["index"])] = i
+    return out
+
+
+def chunk_file_body(info):
+    """The body bytes of a chunk file (after its header)."""
+    with open(info["path"], "rb") as f:
+        f.seek(info["hdr_len"])
+        return f.read()
+
+
+def range_of(req):
+    """(start, end_inclusive) of a request's 'Range: bytes=a-b' (b may be absent: None), or None."""
+    v = req.header("Range")
+    m = re.match(r"^bytes=(\d+)-(\d*)$", v or "")
+    if not m:
+        return None
+    return int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+
+
+def fetched_spans(reqs, total):
+    """[(start, end_inclusive)] asked by the ranged requests <reqs>, end clamped to total - 1;
+    a request without a single Range counts as the whole object."""
+    out = []
+    for r in reqs:
+        rg = range_of(r)
+        if rg is None:
+            out.append((0, total - 1))
+            continue
+        a, b = rg
+        out.append((a, total - 1 if b is None else min(b, total - 1)))
+    return out
+
+
+def fetched_chunks(reqs, total, cs):
+    """Sorted chunk indexes the ranged requests <reqs> asked for, one entry per request and chunk
+    touched (a chunk fetched twice appears twice)."""
+    out = []
+    for a, b in fetched_spans(reqs, total):
+        if a <= b:
+            out += range(a // cs, b // cs + 1)
+    return sorted(out)
