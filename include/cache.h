@@ -161,6 +161,8 @@ int cache_purge(struct cache *c, const char *key, size_t key_len);
 struct cache_stats {
     uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
         disk_write_errors, disk_writes, coalesced, purged, readahead;
+    uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */
+    bool disk_scan_done;
 };
 void cache_get_stats(const struct cache *c, struct cache_stats *out);
 unsigned cache_live_chunks(void);

@@ -329,19 +329,17 @@ static void write_metrics(struct mw *w)
     mw_sample(w, NULL, fetch_live());
     mw_family(w, "connections", "gauge", "open connections by listener", "kind");
     mw_sample(w, "http", conn_count());
-    mw_sample(w, "tls", 0); /* XXX: the TLS relay does not exist yet */
+    mw_sample(w, "tls", 0); /* the TLS relay is not part of this version */
     mw_sample(w, "admin", n_conns);
-    /* XXX: disk bytes/chunks/evictions are 0 until struct cache_stats accounts for the disk tier
-     * (disk_bytes, disk_chunks, disk_evictions): then export them here. */
     mw_family(w, "cache_bytes", "gauge", "bytes held by the cache, by tier", "tier");
     mw_sample(w, "memory", cs.mem_bytes);
-    mw_sample(w, "disk", 0);
+    mw_sample(w, "disk", cs.disk_bytes);
     mw_family(w, "cache_chunks", "gauge", "chunks held by the cache, by tier", "tier");
     mw_sample(w, "memory", cs.mem_chunks);
-    mw_sample(w, "disk", 0);
+    mw_sample(w, "disk", cs.disk_chunks);
     mw_family(w, "evictions_total", "counter", "chunks evicted, by tier", "tier");
     mw_sample(w, "memory", cs.evictions);
-    mw_sample(w, "disk", 0);
+    mw_sample(w, "disk", cs.disk_evictions);
     mw_family(w, "integrity_failures_total", "counter",
               "cached chunk files that failed verification (deleted, refetched)", NULL);
     mw_sample(w, NULL, cs.integrity_failures);

@@ -34,6 +34,7 @@
 #include <ev.h>
 
 #include "config.h"
+#include "diskidx.h"
 #include "fetch.h"
 #include "log.h"
 #include "range.h"
@@ -83,6 +84,7 @@ struct cache {
     struct objver *objs;       /* owns, CACHE_OBJ_SLOTS */
     struct verified *verified; /* owns, CACHE_VERIFIED_SLOTS */
     char *vbuf;                /* owns: verification read buffer */
+    struct diskidx *didx;      /* owns: disk usage, LRU and eviction of the chunk files */
     struct cache_stats st;
 };
 
@@ -398,8 +400,10 @@ static struct verified *verified_slot(struct cache *c, const uint8_t obj[16], ui
     return &c->verified[(h ^ (h >> 31)) & (CACHE_VERIFIED_SLOTS - 1)];
 }
 
-static void integrity_failure(struct cache *c, const char *path, const char *why)
+static void integrity_failure(struct cache *c, const char *path, const char *why,
+                              const uint8_t obj[16], uint64_t index)
 {
+    diskidx_remove(c->didx, obj, index);
     c->st.integrity_failures++;
     log_warn("cache: %s: %s: deleted, will refetch", path, why);
     if (unlink(path) < 0 && errno != ENOENT)
@@ -435,7 +439,7 @@ static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         if (errno != ENOENT)
-            integrity_failure(c, path, strerror(errno));
+            integrity_failure(c, path, strerror(errno), obj, index);
         return NULL;
     }
     struct stat sb;
@@ -477,6 +481,7 @@ static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
         /* An older version of an object the origin has since changed. */
         log_info("cache: %s: stale version: deleted", path);
         unlink(path);
+        diskidx_remove(c->didx, obj, index);
         close(fd);
         return NULL;
     }
@@ -505,10 +510,11 @@ static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
     ck->fd = fd;
     ck->body_off = (off_t)hdr_len;
     c->st.disk_hits++;
+    diskidx_touch(c->didx, obj, index, util_wall_ms());
     return ck;
 bad:
     close(fd);
-    integrity_failure(c, path, why);
+    integrity_failure(c, path, why, obj, index);
     return NULL;
 }
 
@@ -545,6 +551,7 @@ static void disk_store(struct cache *c, struct chunk *ck)
     /* What we just wrote needs no verification on its first read. */
     struct stat sb;
     if (stat(path, &sb) == 0) {
+        diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sb), util_wall_ms());
         struct verified *vs = verified_slot(c, ck->obj, ck->index);
         memcpy(vs->obj, ck->obj, 16);
         vs->index = ck->index;
@@ -572,9 +579,10 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
     if (ck != NULL) {
         chunk_ref(ck);
         ck->clock_ref = true;
-        if (ck->state == CHUNK_S_SEALED)
+        if (ck->state == CHUNK_S_SEALED) {
             c->st.mem_hits++;
-        else
+            diskidx_touch(c->didx, obj, index, util_wall_ms()); /* keep its file recent too */
+        } else
             c->st.coalesced++; /* joined a fetch in flight */
         return ck;
     }
@@ -760,9 +768,15 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         return -errno;
     if (d != NULL) {
         struct dirent *de;
-        while ((de = readdir(d)) != NULL)
-            if (strncmp(de->d_name, prefix, 33) == 0 && unlinkat(dirfd(d), de->d_name, 0) == 0)
-                removed++;
+        while ((de = readdir(d)) != NULL) {
+            uint8_t fobj[16];
+            uint64_t fidx;
+            if (strncmp(de->d_name, prefix, 33) != 0 || unlinkat(dirfd(d), de->d_name, 0) != 0)
+                continue;
+            removed++;
+            if (diskidx_parse_name(de->d_name, fobj, &fidx) == 0)
+                diskidx_remove(c->didx, fobj, fidx);
+        }
         closedir(d);
     }
     if (v != NULL)
@@ -775,6 +789,12 @@ void cache_get_stats(const struct cache *c, struct cache_stats *out)
 {
     *out = c->st;
     out->mem_bytes = c->mem_used;
+    struct diskidx_stats ds;
+    diskidx_get_stats(c->didx, &ds);
+    out->disk_bytes = ds.bytes;
+    out->disk_chunks = ds.chunks;
+    out->disk_evictions = ds.evictions;
+    out->disk_scan_done = ds.scan_done;
 }
 
 /* ---- start and stop ------------------------------------------------------------------------ */
@@ -868,6 +888,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->verified = xcalloc(CACHE_VERIFIED_SLOTS, sizeof(*c->verified));
     c->vbuf = xmalloc(CACHE_VERIFY_BUF);
     ev_timer_init(&c->notify_timer, on_notify, 0., 0.);
+    c->didx = diskidx_new(loop, c->dirs, c->n_dirs, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
     return c;
 }
 
@@ -888,6 +909,7 @@ void cache_free(struct cache **cp)
         cache_chunk_unref(&ck);
     }
     ev_timer_stop(c->loop, &c->notify_timer);
+    diskidx_free(&c->didx);
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);
     free(c->dirs);
