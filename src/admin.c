@@ -357,6 +357,9 @@ static void write_metrics(struct mw *w)
     mw_sample(w, NULL, cs.disk_writes);
     mw_family(w, "cache_purged_chunks_total", "counter", "chunks removed by PURGE", NULL);
     mw_sample(w, NULL, cs.purged);
+    mw_family(w, "readahead_chunks_total", "counter",
+              "chunks fetched ahead of their readers (read-ahead runs)", NULL);
+    mw_sample(w, NULL, cs.readahead);
 
     /* Every other counter of the stats table, so that nothing is hidden. */
     size_t n;

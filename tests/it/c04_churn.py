@@ -54,5 +54,23 @@ class Churn(H.CPTestCase):
         self.assertEqual(self.origin.request_count(), before)
 
 
+class ReadAhead(H.CPTestCase):
+    def test_one_cold_download_fetches_in_parallel(self):
+        # one client, a cold 8 MiB object of 1 MiB chunks, readahead 4: after the first chunk's
+        # head, runs of chunks ahead of the reader are fetched at the same time
+        d = self.setup_proxy({"server": {"admin_listen": "auto"},
+                              "upstream": {"readahead": "4", "max_per_origin": "8"}})
+        path = "/c04/ra/size/%d" % (8 * H.MIB)
+        # each origin response trickles, so fetches that overlap in time are seen open together
+        r = self.get(path + "?trickle=262144,0.05")
+        self.assertBody(r, path)
+        self.assertGreaterEqual(self.origin.peak_open, 2, "read-ahead fetches never overlapped")
+        # each byte asked for once: the runs tile the object
+        spans = sorted(H.fetched_spans(self.origin.requests, 8 * H.MIB))
+        self.assertEqual(sum(b - a + 1 for a, b in spans), 8 * H.MIB, spans)
+        self.assertGreaterEqual(len(spans), 2, spans)
+        self.assertGreaterEqual(d.status()["readahead_chunks_total"], 1)
+
+
 if __name__ == "__main__":
     raise SystemExit(H.main())
