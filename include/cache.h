@@ -127,6 +127,12 @@ void cache_chunk_unwait(struct chunk_waiter *w);
 
 #define CACHE_SPAN_MAX 64 /* chunks one upstream request may fill */
 
+/*
+ * The same chunk from its verified file instead of memory (a ref), or NULL when it has none: a
+ * slow reader switches to it so that it does not pin memory.
+ */
+struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck);
+
 /* Whether chunk <index> is in memory (not failed) or has a file on disk (not verified here). */
 bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index);
 

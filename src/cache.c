@@ -47,6 +47,7 @@
 #define CACHE_MARKER "cacheparty.cache"
 #define CACHE_MARKER_VERSION 1
 #define CACHE_VERIFY_BUF (256 * 1024)
+#define CACHE_MAX_CHUNKS (1ull << 26) /* an object of more chunks is not cached */
 
 struct objver {
     uint8_t obj[16];
@@ -438,8 +439,11 @@ static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
         return NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        if (errno != ENOENT)
-            integrity_failure(c, path, strerror(errno), obj, index);
+        if (errno == ELOOP) /* a symlink where a chunk file belongs */
+            integrity_failure(c, path, "a symbolic link", obj, index);
+        else if (errno != ENOENT)
+            /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
+            log_warn("cache: cannot open %s: %s (served as a miss)", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
@@ -607,15 +611,28 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
 static void drop_old_version(struct cache *c, const uint8_t obj[16], uint64_t old_total,
                              const struct cache_meta *m, const struct chunk *keep)
 {
-    uint64_t n = range_chunk_count(old_total, c->chunk_size);
     uint64_t vh = version_hash(m);
-    for (uint64_t i = 0; i < n; i++) {
-        struct chunk *ck = table_find(c, obj, i);
-        if (ck == NULL || ck == keep || !ck->meta_known)
-            continue;
-        if (ck->meta.total == m->total && version_hash(&ck->meta) == vh)
-            continue;
-        table_remove(c, ck);
+    /* By index when that is shorter, else over the whole table: never more steps than either
+     * (the old length came from the origin and may be absurd). */
+    uint64_t n = range_chunk_count(old_total, c->chunk_size);
+    if (n <= c->n_buckets) {
+        for (uint64_t i = 0; i < n; i++) {
+            struct chunk *ck = table_find(c, obj, i);
+            if (ck != NULL && ck != keep && ck->meta_known &&
+                !(ck->meta.total == m->total && version_hash(&ck->meta) == vh))
+                table_remove(c, ck);
+        }
+        return;
+    }
+    for (size_t b = 0; b < c->n_buckets; b++) {
+        struct chunk *ck = c->buckets[b];
+        while (ck != NULL) {
+            struct chunk *next = ck->hnext;
+            if (memcmp(ck->obj, obj, 16) == 0 && ck != keep && ck->meta_known &&
+                !(ck->meta.total == m->total && version_hash(&ck->meta) == vh))
+                table_remove(c, ck);
+            ck = next;
+        }
     }
 }
 
@@ -626,6 +643,8 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
     ASSERT(ck->state == CHUNK_S_FILLING);
     if (m->total == 0 || ck->index >= range_chunk_count(m->total, c->chunk_size))
         return -EINVAL;
+    if (range_chunk_count(m->total, c->chunk_size) > CACHE_MAX_CHUNKS)
+        return -EFBIG; /* an absurd length from the origin: not cached */
     if (ck->meta_known)
         return 0;
     const struct objver *v = objver_get(c, ck->obj);
@@ -659,6 +678,14 @@ int cache_chunk_reserve(struct chunk *ck)
     c->mem_used += ck->cap;
     c->st.mem_chunks++;
     return 0;
+}
+
+struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    if (ck->state != CHUNK_S_SEALED || ck->data == NULL)
+        return NULL;
+    return disk_load(c, ck->key, ck->key_len, ck->obj, ck->index);
 }
 
 bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index)
@@ -746,13 +773,16 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     /* Memory: every index up to the length known for the object. Sealed chunks also have a
      * file (counted below); chunks still filling are counted here. */
     const struct objver *v = objver_get(c, obj);
-    uint64_t n = v != NULL ? range_chunk_count(v->total, c->chunk_size) : 0;
-    for (uint64_t i = 0; i < n; i++) {
-        struct chunk *ck = table_find(c, obj, i);
-        if (ck != NULL) {
-            if (ck->state != CHUNK_S_SEALED)
-                removed++;
-            table_remove(c, ck);
+    for (size_t b = 0; b < c->n_buckets; b++) {
+        struct chunk *ck = c->buckets[b];
+        while (ck != NULL) {
+            struct chunk *next = ck->hnext;
+            if (memcmp(ck->obj, obj, 16) == 0) {
+                if (ck->state != CHUNK_S_SEALED)
+                    removed++;
+                table_remove(c, ck);
+            }
+            ck = next;
         }
     }
     /* Disk: the object's chunk files all live in <shard>/ab/cd/, named <32 hex>.<index>. */

@@ -242,6 +242,8 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     struct conn *c = arg;
     CHECK_OBJ(c, CONN_MAGIC);
     c->rq = NULL;
+    if (c->state == CONN_S_CLOSING)
+        return;
     if (err != 0) {
         log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
         conn_local_response(c, 502, false, NULL);
@@ -363,7 +365,9 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     buf_compact(&c->out);
     struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
                               c->head_req, c->keep_alive && !c->draining};
-    size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, buf_room(&c->out));
+    /* Keep room after the head for a chunked body's framing and its last-chunk. */
+    size_t room = buf_room(&c->out) > 32 ? buf_room(&c->out) - 32 : 0;
+    size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, room);
     if (n == 0) {
         log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
         conn_close(c);
@@ -439,9 +443,11 @@ static void sink_done(void *arg, enum up_err err)
     if (c->state == CONN_S_CLOSING)
         return;
     if (err == UP_OK) {
-        if (c->body == FWD_BODY_CHUNKED) {
-            size_t n = buf_append(&c->out, "0\r\n\r\n", 5);
-            ASSERT(n == 5); /* room was kept by sink_body */
+        if (c->body == FWD_BODY_CHUNKED && buf_append(&c->out, "0\r\n\r\n", 5) != 5) {
+            /* Cannot happen while sink_head and sink_body keep their room; never trust it. */
+            log_warn("conn#%u %s: no room for the last chunk: closing", c->id, c->peer);
+            conn_close(c);
+            return;
         }
         if (c->body == FWD_BODY_CLOSE)
             c->keep_alive = false;

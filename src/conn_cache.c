@@ -92,6 +92,10 @@ static void read_ahead(struct conn *c, uint64_t idx)
     unsigned segs = g_cfg->readahead;
     if (c->force || last <= idx || segs <= 1)
         return;
+    /* Fetches outlive their clients: cap the optional ones so that clients that ask and hang up
+     * cannot pile them up. */
+    if (fetch_live() >= CONN_MAX_READAHEAD_FETCHES)
+        return;
     uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
     uint64_t wend = last < idx + window ? last : idx + window;
     uint64_t per = (wend - idx + segs - 1) / segs;
@@ -224,6 +228,7 @@ static bool head_step(struct conn *c)
     struct chunk *ck = c->ck;
     if (ck->state == CHUNK_S_FAILED) {
         enum chunk_fail why = ck->fail;
+        cache_chunk_unwait(&c->ckw);
         cache_chunk_unref(&c->ck);
         switch (why) {
         case CHUNK_FAIL_PASS:
@@ -372,6 +377,14 @@ static bool body_step(struct conn *c)
         } while (k < 0 && errno == EINTR);
         if (k < 0 && errno == EAGAIN) {
             c->blocked_write = true;
+            /* A slow client must not pin memory: continue from the stored file. */
+            if (ck->data != NULL && ck->state == CHUNK_S_SEALED) {
+                struct chunk *dk = cache_chunk_on_disk(c->ctx->cache, ck);
+                if (dk != NULL) {
+                    cache_chunk_unref(&c->ck);
+                    c->ck = dk;
+                }
+            }
             return false;
         }
         if (k <= 0) {

@@ -25,6 +25,7 @@ struct upstream;
 #define CONN_INBUF (H1_MAX_HEAD + 4096)
 #define CONN_OUTBUF (64 * 1024)
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
+#define CONN_MAX_READAHEAD_FETCHES 256   /* no read-ahead beyond this many fetches in flight */
 
 #define CONN_STATES(X)                                                                             \
     X(CONN_S_READ_HEAD)                                                                            \

@@ -67,6 +67,7 @@ struct fetch {
     struct cache_meta meta; /* as first answered (resumptions must match) */
     bool meta_known;
     struct chunk_waiter memw; /* waiting for memory */
+    ev_timer memt;            /* bounds that wait: read_timeout */
 };
 
 static struct fetch_ctx *fctx;
@@ -105,6 +106,7 @@ static void fetch_free(struct fetch *f)
     resolver_cancel(&f->rq);
     upstream_cancel(&f->up);
     cache_chunk_unwait(&f->memw);
+    ev_timer_stop(fctx->loop, &f->memt);
     *f->pprev = f->next;
     if (f->next)
         f->next->pprev = f->pprev;
@@ -222,10 +224,31 @@ static bool reserve_current(struct fetch *f)
     struct chunk *ck = f->cks[f->cur];
     if (ck->data != NULL)
         return true;
-    if (cache_chunk_reserve(ck) == 0)
+    if (cache_chunk_reserve(ck) == 0) {
+        ev_timer_stop(fctx->loop, &f->memt);
         return true;
+    }
     cache_mem_wait(ck->cache, &f->memw, on_mem);
+    if (!ev_is_active(&f->memt)) {
+        ev_timer_set(&f->memt, (double)g_cfg->read_timeout_ms / 1000.0, 0.);
+        ev_timer_start(fctx->loop, &f->memt);
+    }
     return false;
+}
+
+/* Memory stayed full (readers pinning it) for read_timeout: give the fill up rather than hold
+ * its readers and its origin slot forever; readers without a head yet are forwarded uncached. */
+static void on_mem_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct fetch *f = container_of(t, struct fetch, memt);
+    CHECK_OBJ(f, FETCH_MAGIC);
+    log_warn("fetch %s: no cache memory for %llu ms: giving this fill up", f->host,
+             (unsigned long long)g_cfg->read_timeout_ms);
+    g_stats.fetch_failed++;
+    upstream_cancel(&f->up);
+    fetch_finish(f, CHUNK_FAIL_PASS);
 }
 
 static void on_mem(struct chunk_waiter *w)
@@ -236,16 +259,18 @@ static void on_mem(struct chunk_waiter *w)
         upstream_resume(f->up);
 }
 
-/* Sets the meta on every chunk of the run; chunks beyond the object's end are dropped. */
-static bool apply_meta(struct fetch *f, const struct cache_meta *m)
+/* Sets the meta on every chunk of the run; chunks beyond the object's end are dropped.
+ * Returns 0, -EFBIG (an object too large to cache) or another -errno. */
+static int apply_meta(struct fetch *f, const struct cache_meta *m)
 {
     f->meta = *m;
     f->meta_known = true;
     size_t keep = f->n;
     for (size_t i = 0; i < f->n; i++) {
-        if (cache_chunk_set_meta(f->cks[i], m) < 0) {
+        int rc = cache_chunk_set_meta(f->cks[i], m);
+        if (rc < 0) {
             if (i == 0)
-                return false;
+                return rc;
             if (keep == f->n)
                 keep = i;
             cache_chunk_failed(f->cks[i], CHUNK_FAIL_502);
@@ -254,7 +279,7 @@ static bool apply_meta(struct fetch *f, const struct cache_meta *m)
         }
     }
     f->n = keep;
-    return true;
+    return 0;
 }
 
 static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
@@ -334,7 +359,15 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         }
         return;
     }
-    if (!apply_meta(f, &m))
+    int rc = apply_meta(f, &m);
+    if (rc == -EFBIG) {
+        log_info("fetch %s: object of %llu bytes: too large to cache, forwarded", f->host,
+                 (unsigned long long)m.total);
+        upstream_cancel(&f->up);
+        fetch_finish(f, CHUNK_FAIL_PASS);
+        return;
+    }
+    if (rc < 0)
         goto fail;
     return;
 pass:
@@ -498,6 +531,7 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
     ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
+    ev_init(&f->memt, on_mem_timeout);
     for (size_t i = 0; i < n; i++) {
         f->cks[i] = cks[i];
         cks[i]->refs++;

@@ -332,7 +332,7 @@ static void sweep(struct resolver *r, uint64_t now)
     for (size_t b = 0; b < RESOLVER_BUCKETS; b++) {
         struct rentry **pp = &r->buckets[b], *e;
         while ((e = *pp) != NULL) {
-            if (e->state == RENTRY_READY && e->expires_ms <= now) {
+            if (e->state == RENTRY_READY && e->waiters == NULL && e->expires_ms <= now) {
                 *pp = e->next;
                 entry_free(e);
                 r->n_entries--;
@@ -359,6 +359,8 @@ struct resolver_query *resolver_query(struct resolver *r, const char *host, uint
     if (e == NULL) {
         if (r->n_entries >= RESOLVER_MAX_ENTRIES)
             sweep(r, now);
+        if (r->n_entries >= RESOLVER_MAX_ENTRIES)
+            sweep(r, UINT64_MAX); /* still full of fresh answers: drop every idle one */
         e = xcalloc(1, sizeof(*e));
         e->host = xstrdup(host);
         e->state = RENTRY_READY;

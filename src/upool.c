@@ -254,6 +254,7 @@ void upool_wait(struct origin *o, struct upool_wait *w, upool_wait_fn *cb)
         o->busy++;
         o->waiters = NULL;
         o->wtail = &o->waiters;
+        w->origin = NULL; /* granted: upool_wait_cancel() must see it so */
         w->pprev = o->pool->gtail;
         *o->pool->gtail = w;
         o->pool->gtail = &w->next;

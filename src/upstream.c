@@ -269,6 +269,8 @@ static void up_connect(struct upstream *up)
 static void up_begin(struct upstream *up)
 {
     up->out_sent = 0;
+    if (!buf_is_alloc(&up->in)) /* not while queued for a slot: queued requests stay small */
+        buf_alloc(&up->in, UP_INBUF);
     int fd = up->retried ? -1 : upool_take_idle(up->origin);
     g_stats.upstream_requests++;
     if (fd >= 0) {
@@ -565,7 +567,6 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     up->state = UP_S_WAIT_SLOT;
     buf_alloc(&up->out, req->head_len);
     buf_append(&up->out, req->head, req->head_len);
-    buf_alloc(&up->in, UP_INBUF);
     ev_init(&up->io, on_up_io);
     ev_init(&up->timer, on_up_timer);
     up->first_byte_deadline = ev_now(loop) + (double)g_cfg->first_byte_timeout_ms / 1000.0;
