@@ -329,6 +329,7 @@ static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
 static bool body_step(struct conn *c)
 {
     uint64_t cs = g_cfg->chunk_size;
+    uint64_t turn = 0; /* bytes sent in this turn: yield after CONN_SEND_TURN for fairness */
     if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
         return false; /* the head (or earlier bytes) first */
     while (c->pos <= c->end) {
@@ -401,6 +402,12 @@ static bool body_step(struct conn *c)
             g_stats.bytes_hit += (uint64_t)k;
         c->last_write = ev_now(c->ctx->loop);
         if ((size_t)k < n) {
+            c->blocked_write = true;
+            return false;
+        }
+        turn += (uint64_t)k;
+        if (turn >= CONN_SEND_TURN && c->pos <= c->end) {
+            /* Let the other clients have the loop; EV_WRITE brings us back next iteration. */
             c->blocked_write = true;
             return false;
         }

@@ -26,6 +26,7 @@ struct upstream;
 #define CONN_OUTBUF (64 * 1024)
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
 #define CONN_MAX_READAHEAD_FETCHES 256   /* no read-ahead beyond this many fetches in flight */
+#define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
 
 #define CONN_STATES(X)                                                                             \
     X(CONN_S_READ_HEAD)                                                                            \
