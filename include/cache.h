@@ -128,8 +128,9 @@ void cache_chunk_unwait(struct chunk_waiter *w);
 #define CACHE_SPAN_MAX 64 /* chunks one upstream request may fill */
 
 /*
- * The same chunk from its verified file instead of memory (a ref), or NULL when it has none: a
- * slow reader switches to it so that it does not pin memory.
+ * When memory is short (a fill waits for it, or it is full): the same chunk from its verified
+ * file instead of memory (a ref), so that a reader blocked on a slow client does not pin memory.
+ * NULL otherwise, or when it has no file.
  */
 struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck);
 

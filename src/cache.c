@@ -685,6 +685,9 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
     CHECK_OBJ(ck, CHUNK_MAGIC);
     if (ck->state != CHUNK_S_SEALED || ck->data == NULL)
         return NULL;
+    /* Only when memory is short: sending from memory is cheaper than from the file. */
+    if (c->mem_waiters == NULL && c->mem_used + c->chunk_size <= c->budget)
+        return NULL;
     return disk_load(c, ck->key, ck->key_len, ck->obj, ck->index);
 }
 
