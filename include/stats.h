@@ -42,6 +42,7 @@
     X(fetches, counter, "cache fills started (one upstream request for a run of chunks)")          \
     X(fetch_resumed, counter, "cache fills resumed after an origin fault mid-body")                \
     X(fetch_failed, counter, "cache fills that failed for good")                                   \
+    X(fetch_split, counter, "runs cut so that a reader deep inside gets its own fetch")            \
     X(dns_queries, counter, "DNS queries sent")                                                    \
     X(dns_cache_hits, counter, "name lookups answered from the DNS cache")                         \
     X(dns_failures, counter, "name lookups that failed")

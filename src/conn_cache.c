@@ -176,6 +176,8 @@ void conn_cache_begin(struct conn *c)
     } else {
         get_chunk(c, first_index(c), false);
         c->first_miss = c->ck_created;
+        if (c->ck->state == CHUNK_S_FILLING && c->ck->len == 0)
+            fetch_split(c->ck); /* deep in someone's run: fetch it now */
     }
     conn_set_state(c, CONN_S_CACHE_HEAD);
 }
@@ -336,8 +338,11 @@ static bool body_step(struct conn *c)
         uint64_t idx = c->pos / cs;
         if (c->ck == NULL || c->ck->index != idx) {
             get_chunk(c, idx, false);
-            if (c->ck->state == CHUNK_S_FILLING)
-                read_ahead(c, idx); /* cold here: keep the next chunks coming */
+            if (c->ck->state == CHUNK_S_FILLING) {
+                if (c->ck->len == 0)
+                    fetch_split(c->ck); /* deep in someone's run: fetch it now */
+                read_ahead(c, idx);     /* cold here: keep the next chunks coming */
+            }
         }
         struct chunk *ck = c->ck;
         if (ck->state == CHUNK_S_FAILED) {

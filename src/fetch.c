@@ -68,6 +68,7 @@ struct fetch {
     bool meta_known;
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
+    uint64_t req_end;         /* last byte the current upstream request asked for */
 };
 
 static struct fetch_ctx *fctx;
@@ -310,7 +311,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             log_info("fetch %s: 206 without a usable Content-Range: not cached", f->host);
             goto pass;
         }
-        uint64_t want_end = fetch_last_byte(f) < total - 1 ? fetch_last_byte(f) : total - 1;
+        /* What was asked: the run may have been split since (fetch_split), the answer not. */
+        uint64_t want_end = f->req_end < total - 1 ? f->req_end : total - 1;
         if (a != pos || b != want_end || resp->content_length != b - a + 1) {
             log_info("fetch %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->host,
                      (unsigned long long)a, (unsigned long long)b, (unsigned long long)total,
@@ -471,6 +473,7 @@ static void fetch_connect(struct fetch *f)
 {
     size_t cap = strlen(f->req_pre) + strlen(f->req_post) + 64;
     char *head = xmalloc(cap);
+    f->req_end = fetch_last_byte(f);
     int n = snprintf(head, cap, "%sRange: bytes=%llu-%llu\r\n%s", f->req_pre,
                      (unsigned long long)fetch_pos(f), (unsigned long long)fetch_last_byte(f),
                      f->req_post);
@@ -580,6 +583,52 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
     } else {
         f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
     }
+}
+
+bool fetch_split(struct chunk *ck)
+{
+    struct fetch *f = ck->fetch;
+    if (f == NULL || f->discard || f->location != NULL || f->whole_object)
+        return false;
+    CHECK_OBJ(f, FETCH_MAGIC);
+    size_t k = f->cur;
+    while (k < f->n && f->cks[k] != ck)
+        k++;
+    if (k >= f->n || k < f->cur + FETCH_SPLIT_GAP)
+        return false; /* not in this run, or the fill reaches it soon enough */
+    struct fetch *g = xcalloc(1, sizeof(*g));
+    g->magic = FETCH_MAGIC;
+    ev_init(&g->memt, on_mem_timeout);
+    for (size_t i = k; i < f->n; i++) {
+        g->cks[i - k] = f->cks[i];
+        f->cks[i]->fetch = g;
+        f->cks[i] = NULL;
+    }
+    g->n = f->n - k;
+    f->n = k; /* the old request's answer is cut there: see sink_body */
+    g->host = xstrdup(f->host);
+    g->authority = xstrdup(f->authority);
+    g->port = f->port;
+    g->req_pre = xstrdup(f->req_pre);
+    g->req_post = xstrdup(f->req_post);
+    g->ua = f->ua ? xstrdup(f->ua) : NULL;
+    g->processed_by = f->processed_by ? xstrdup(f->processed_by) : NULL;
+    g->next = fetches;
+    if (fetches)
+        fetches->pprev = &g->next;
+    g->pprev = &fetches;
+    fetches = g;
+    n_fetches++;
+    g_stats.fetches++;
+    g_stats.fetch_split++;
+    if (f->have_addr) {
+        g->addr = f->addr;
+        g->have_addr = true;
+        fetch_connect(g);
+    } else {
+        fetch_route(g, false);
+    }
+    return true;
 }
 
 void fetch_cancel_all(void)

@@ -72,5 +72,35 @@ class ReadAhead(H.CPTestCase):
         self.assertGreaterEqual(d.status()["readahead_chunks_total"], 1)
 
 
+class Split(H.CPTestCase):
+    def test_reader_deep_in_a_run_gets_its_own_fetch(self):
+        # readahead 2 over a cold 16-chunk object: runs [1-8] and [9-15] after chunk 0. A second
+        # client wanting chunk 14 (five chunks into the slow second run) must not wait for the run
+        # to reach it: the run is cut and chunk 14 fetched at once.
+        cs = 64 * 1024
+        d = self.setup_proxy({"server": {"admin_listen": "auto"},
+                              "cache": {"chunk_size": "64K"},
+                              "upstream": {"readahead": "2", "max_per_origin": "8",
+                                           "read_timeout": "30s"}})
+        path = "/c04/split/size/%d" % (16 * cs)
+        target = path + "?trickle=8192,0.05"       # each response crawls: 64 KiB in ~0.4 s
+        a = self.client()
+        a.request(target)
+        H.wait_until(lambda: any((r.header("Range") or "").startswith("bytes=%d-" % (9 * cs))
+                                 for r in self.origin.requests), 20 * H.SLOW, 0.02,
+                     "the run from chunk 9 to start")
+        b = self.client()
+        lo = 14 * cs + 100
+        b.request(target, headers=[("Range", "bytes=%d-%d" % (lo, lo + 999))])
+        rb = b.read_response()
+        self.assertStatus(rb, 206)
+        self.assertBody(rb, path, start=lo, end=lo + 1000)
+        starts = [(r.header("Range") or "")[6:].split("-")[0] for r in self.origin.requests]
+        self.assertIn(str(14 * cs), starts, "chunk 14 was not fetched on its own: %r" % starts)
+        self.assertGreaterEqual(d.status()["fetch_split_total"], 1)
+        ra = a.read_response()
+        self.assertBody(ra, path)
+
+
 if __name__ == "__main__":
     raise SystemExit(H.main())

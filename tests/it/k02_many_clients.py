@@ -8,8 +8,11 @@ CLIENTS = 500
 
 class ManyClients(H.CPTestCase):
     def test_500_concurrent_keepalive_clients(self):
-        self.setup_proxy({"server": {"max_connections": "600"},
-                          "upstream": {"max_per_origin": "32", "keepalive": "32"}})
+        # 1500 requests share 32 origin connections: queueing must not be mistaken for an origin
+        # timeout (the test is about bytes and connections, not timing)
+        self.setup_proxy({"server": {"max_connections": "600", "request_timeout": "60s"},
+                          "upstream": {"max_per_origin": "32", "keepalive": "32",
+                                       "first_byte_timeout": "60s", "read_timeout": "60s"}})
         sizes = [1024, 16 * 1024, 100 * 1024 + 7]
         plans = [["/k02/c%d/o%d/size/%d" % (i, j, sizes[(i + j) % 3]) for j in range(3)]
                  for i in range(CLIENTS)]
@@ -32,8 +35,9 @@ class ManyClients(H.CPTestCase):
 
     def test_shared_objects_concurrently(self):
         # many clients asking for the same few objects at once
-        self.setup_proxy({"server": {"max_connections": "300"},
-                          "upstream": {"max_per_origin": "16", "keepalive": "16"}})
+        self.setup_proxy({"server": {"max_connections": "300", "request_timeout": "60s"},
+                          "upstream": {"max_per_origin": "16", "keepalive": "16",
+                                       "first_byte_timeout": "60s", "read_timeout": "60s"}})
         plans = [["/k02/shared/o%d/size/%d" % (j, 200000 + j) for j in range(2)]
                  for _ in range(200)]
         res = H.run_many(self.daemon.port, plans, timeout=120)
