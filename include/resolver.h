@@ -45,6 +45,12 @@ struct resolver_query *resolver_query(struct resolver *r, const char *host, uint
 void resolver_cancel(struct resolver_query **q);
 
 /*
+ * The address of an IP-literal host (IPv6 without brackets, or IPv4 in any spelling inet_aton
+ * accepts) with <port>. Returns 0, or -EINVAL when <host> is not a literal. Pure.
+ */
+int resolver_literal(const char *host, uint16_t port, struct sockaddr_storage *out);
+
+/*
  * True for addresses an origin must not have unless allow_private: unspecified, loopback,
  * RFC 1918 private, CGNAT 100.64/10, link-local, multicast, broadcast, documentation and other
  * special-purpose ranges, IPv6 ULA/link-local/multicast, and IPv4-mapped/NAT64 forms of those.

@@ -17,6 +17,13 @@ struct cfg_addr;
 /* Binds and listens on every address; returns 0, or -1 with a reason in <err>. */
 int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, char *err,
                  size_t errlen);
+/*
+ * A non-blocking, close-on-exec listening TCP socket bound to <addr> (SO_REUSEADDR, IPv6-only
+ * for IPv6). Returns the fd, or -1 with "<what> ADDR: reason" in <err>. Shared with admin.
+ */
+int server_listen_socket(const struct cfg_addr *addr, int backlog, const char *what, char *err,
+                         size_t errlen);
+
 /* Called when a connection was freed: resume accepting if it was paused. */
 void server_conn_closed(void);
 /* Stop accepting and close the listening sockets (shutdown). */

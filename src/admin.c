@@ -45,6 +45,7 @@
 #include "fetch.h"
 #include "http1.h"
 #include "log.h"
+#include "server.h"
 #include "stats.h"
 #include "util.h"
 
@@ -843,21 +844,9 @@ int admin_start(struct admin_ctx *ctx, const struct cfg_addr *addr, char *err, s
 {
     ASSERT(!listening);
     actx = ctx;
-    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "admin_listen %s: socket: %s", addr->text, strerror(errno));
+    int fd = server_listen_socket(addr, ADMIN_BACKLOG, "admin_listen", err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (addr->ss.ss_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0 ||
-        listen(fd, ADMIN_BACKLOG) < 0) {
-        snprintf(err, errlen, "admin_listen %s: %s", addr->text, strerror(errno));
-        close(fd);
-        return -1;
-    }
     ev_io_init(&listener, on_admin_accept, fd, EV_READ);
     ev_io_start(ctx->loop, &listener);
     ev_init(&backoff, on_backoff);

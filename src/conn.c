@@ -335,16 +335,7 @@ void conn_forward_begin(struct conn *c)
         start_upstream(c, &c->ctx->override_addr);
     } else if (c->auth.is_ip) {
         struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof(ss));
-        struct sockaddr_in *s4 = (void *)&ss;
-        struct sockaddr_in6 *s6 = (void *)&ss;
-        if (inet_pton(AF_INET6, c->auth.host, &s6->sin6_addr) == 1) {
-            s6->sin6_family = AF_INET6;
-            s6->sin6_port = htons(c->auth.port);
-        } else if (inet_aton(c->auth.host, &s4->sin_addr) != 0) {
-            s4->sin_family = AF_INET;
-            s4->sin_port = htons(c->auth.port);
-        } else {
+        if (resolver_literal(c->auth.host, c->auth.port, &ss) < 0) {
             conn_local_response(c, 400, true, NULL);
             return;
         }

@@ -16,7 +16,6 @@
  */
 #include "fetch.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -569,14 +568,9 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
         f->have_addr = true;
         fetch_connect(f);
     } else if (host_is_ip) {
-        struct sockaddr_in *s4 = (void *)&f->addr;
-        struct sockaddr_in6 *s6 = (void *)&f->addr;
-        if (inet_pton(AF_INET6, f->host, &s6->sin6_addr) == 1) {
-            s6->sin6_family = AF_INET6;
-            s6->sin6_port = htons(f->port);
-        } else if (inet_aton(f->host, &s4->sin_addr) != 0) {
-            s4->sin_family = AF_INET;
-            s4->sin_port = htons(f->port);
+        if (resolver_literal(f->host, f->port, &f->addr) < 0) {
+            fetch_finish(f, CHUNK_FAIL_502);
+            return;
         }
         f->have_addr = true;
         fetch_connect(f);

@@ -451,6 +451,24 @@ void resolver_free(struct resolver **rp)
     ares_library_cleanup();
 }
 
+int resolver_literal(const char *host, uint16_t port, struct sockaddr_storage *out)
+{
+    struct sockaddr_in *s4 = (void *)out;
+    struct sockaddr_in6 *s6 = (void *)out;
+    memset(out, 0, sizeof(*out));
+    if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(port);
+        return 0;
+    }
+    if (inet_aton(host, &s4->sin_addr) != 0) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(port);
+        return 0;
+    }
+    return -EINVAL;
+}
+
 static bool v4_is_private(uint32_t a)
 {
     static const struct {

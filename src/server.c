@@ -97,6 +97,26 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+int server_listen_socket(const struct cfg_addr *addr, int backlog, const char *what, char *err,
+                         size_t errlen)
+{
+    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: socket: %s", what, addr->text, strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->ss.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0 || listen(fd, backlog) < 0) {
+        snprintf(err, errlen, "%s %s: %s", what, addr->text, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, char *err,
                  size_t errlen)
 {
@@ -104,20 +124,8 @@ int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, c
     ev_init(&backoff, on_backoff);
     for (size_t i = 0; i < n; i++) {
         const struct cfg_addr *a = &addrs[i];
-        int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int fd = server_listen_socket(a, SERVER_BACKLOG, "listen", err, errlen);
         if (fd < 0) {
-            snprintf(err, errlen, "listen %s: socket: %s", a->text, strerror(errno));
-            server_stop();
-            return -1;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (a->ss.ss_family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
-            listen(fd, SERVER_BACKLOG) < 0) {
-            snprintf(err, errlen, "listen %s: %s", a->text, strerror(errno));
-            close(fd);
             server_stop();
             return -1;
         }
