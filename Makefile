@@ -24,7 +24,8 @@ CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
 
 OPT      ?= -O2
 SANITIZE ?=
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(WARN) $(SANITIZE) \
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DSYSCONFDIR_STR='"$(SYSCONFDIR)"' \
+             $(OPT) -g $(WARN) $(SANITIZE) \
              -Iinclude -Isrc $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANITIZE) $(LDFLAGS)
 LIBS_ALL = -lev -lhttp_parser -lxxhash $(PKG_LIBS) -lm
@@ -120,15 +121,23 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	bench/run.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/cacheparty
-	install -m 755 $(BUILD)/cacheparty $(DESTDIR)$(PREFIX)/bin/cacheparty
+# Installs the binary, the configuration (never overwriting one that exists) and the systemd unit;
+# nothing else outside DESTDIR. The cache and log directories come from the unit.
+BINDIR  = $(PREFIX)/bin
+UNITDIR = $(PREFIX)/lib/systemd/system
+install: $(BUILD)/cacheparty
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/cacheparty $(DESTDIR)$(UNITDIR)
+	install -m 755 $(BUILD)/cacheparty $(DESTDIR)$(BINDIR)/cacheparty
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini ]; then \
 	    echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini"; \
 	else install -m 644 conf/cacheparty.ini $(DESTDIR)$(SYSCONFDIR)/cacheparty/cacheparty.ini; fi
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' conf/cacheparty.service.in \
+	    > $(DESTDIR)$(UNITDIR)/cacheparty.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/cacheparty.service
 
+# Removes what install wrote, except the configuration (it may hold your edits).
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/cacheparty
+	rm -f $(DESTDIR)$(BINDIR)/cacheparty $(DESTDIR)$(UNITDIR)/cacheparty.service
 
 clean:
 	rm -rf build
