@@ -106,6 +106,10 @@ struct chunk {
 /* The cache; NULL with <err> when a cache dir is unusable or holds another chunk_size. */
 struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen);
 void cache_free(struct cache **c);
+/* A reload: applies the limits that can change live (memory_size, disk_size, min_free, max_age);
+ * the dirs and chunk_size cannot (main keeps them). A smaller memory budget evicts as fills need
+ * room. */
+void cache_reconfigure(struct cache *c, const struct config *cfg);
 
 /* Hash of an object key ("identifier\npath"). */
 void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);

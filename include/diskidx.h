@@ -44,6 +44,10 @@ struct diskidx;
 struct diskidx *diskidx_new(struct ev_loop *loop, char *const *dirs, size_t n_dirs,
                             uint64_t disk_size, uint64_t min_free, uint64_t max_age_ms);
 
+/* New limits (a reload), as in diskidx_new(); applied by the next eviction pass. */
+void diskidx_set_limits(struct diskidx *d, uint64_t disk_size, uint64_t min_free,
+                        uint64_t max_age_ms);
+
 /* Stops the watchers, closes the scan and frees everything; *<d> becomes NULL. NULL is fine. */
 void diskidx_free(struct diskidx **d);
 

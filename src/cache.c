@@ -925,6 +925,14 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     return c;
 }
 
+void cache_reconfigure(struct cache *c, const struct config *cfg)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    c->budget = cfg->memory_size;
+    diskidx_set_limits(c->didx, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
+    mem_notify(c); /* a larger budget may let waiting fills go on */
+}
+
 void cache_free(struct cache **cp)
 {
     struct cache *c = *cp;

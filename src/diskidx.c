@@ -1042,6 +1042,14 @@ struct diskidx *diskidx_new(struct ev_loop *loop, char *const *dirs, size_t n_di
     return d;
 }
 
+void diskidx_set_limits(struct diskidx *d, uint64_t disk_size, uint64_t min_free,
+                        uint64_t max_age_ms)
+{
+    d->disk_size = disk_size;
+    d->min_free = min_free;
+    d->max_age_ms = max_age_ms;
+}
+
 void diskidx_free(struct diskidx **dp)
 {
     struct diskidx *d = *dp;

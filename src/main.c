@@ -313,6 +313,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     if (d != NULL)
         keep_domains(d);
     ctx.domains = d;
+    cache_reconfigure(ctx.cache, n);
     if (log_changed)
         log_open(n->error_log);
     else
