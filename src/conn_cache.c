@@ -58,6 +58,13 @@ static void origin_of(const struct conn *c, struct fetch_origin *o)
     }
 }
 
+/* Lets go of the current chunk, and of any wait on it (a wake may still be pending). */
+static void drop_chunk(struct conn *c)
+{
+    cache_chunk_unwait(&c->ckw);
+    cache_chunk_unref(&c->ck);
+}
+
 static void on_chunk_wake(struct chunk_waiter *w)
 {
     struct conn *c = container_of(w, struct conn, ckw);
@@ -71,7 +78,7 @@ static bool get_chunk(struct conn *c, uint64_t index, bool probe)
     struct fetch_origin o;
     bool created = false;
     origin_of(c, &o);
-    cache_chunk_unref(&c->ck);
+    drop_chunk(c);
     c->ck = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, probe ? NULL : &o,
                             c->force, &created);
     c->ck_created = created;
@@ -184,8 +191,7 @@ void conn_cache_begin(struct conn *c)
 
 void conn_cache_reset(struct conn *c)
 {
-    cache_chunk_unwait(&c->ckw);
-    cache_chunk_unref(&c->ck);
+    drop_chunk(c);
     free(c->objkey);
     c->objkey = NULL;
     c->cached = false;
@@ -230,8 +236,7 @@ static bool head_step(struct conn *c)
     struct chunk *ck = c->ck;
     if (ck->state == CHUNK_S_FAILED) {
         enum chunk_fail why = ck->fail;
-        cache_chunk_unwait(&c->ckw);
-        cache_chunk_unref(&c->ck);
+        drop_chunk(c);
         switch (why) {
         case CHUNK_FAIL_PASS:
             conn_forward_begin(c); /* uncacheable answer: forward this request as it is */
@@ -315,7 +320,7 @@ static bool head_step(struct conn *c)
     c->pos = h.start;
     c->end = h.end;
     if (ck->index != h.start / g_cfg->chunk_size)
-        cache_chunk_unref(&c->ck); /* a suffix range: body_step fetches the right one */
+        drop_chunk(c); /* a suffix range: body_step fetches the right one */
     else if (ck->state == CHUNK_S_FILLING)
         read_ahead(c, ck->index);
     conn_set_state(c, CONN_S_CACHE_BODY);
@@ -387,7 +392,7 @@ static bool body_step(struct conn *c)
             if (ck->data != NULL && ck->state == CHUNK_S_SEALED) {
                 struct chunk *dk = cache_chunk_on_disk(c->ctx->cache, ck);
                 if (dk != NULL) {
-                    cache_chunk_unref(&c->ck);
+                    drop_chunk(c);
                     c->ck = dk;
                 }
             }
@@ -417,9 +422,9 @@ static bool body_step(struct conn *c)
             return false;
         }
         if (c->pos == cstart + ck->cap)
-            cache_chunk_unref(&c->ck);
+            drop_chunk(c);
     }
-    cache_chunk_unref(&c->ck);
+    drop_chunk(c);
     conn_response_done(c);
     return true;
 }
