@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/types.h>
 
 struct buf {
     char *start; /* owns */
@@ -48,6 +49,12 @@ static inline void buf_consume(struct buf *b, size_t n)
 }
 /* Move data to the front so that buf_room() is maximal. */
 void buf_compact(struct buf *b);
+/*
+ * Reads from <fd> into the room after <last> (compacting first when there is none), retrying on
+ * EINTR. Returns the bytes read (> 0), 0 at end of file, or -errno (-EAGAIN: nothing yet).
+ */
+ssize_t buf_recv(struct buf *b, int fd);
+
 /* Append up to <len> bytes; returns how many fit (compacts first if needed). */
 size_t buf_append(struct buf *b, const void *data, size_t len);
 

@@ -734,19 +734,13 @@ static void on_admin_io(struct ev_loop *loop, ev_io *w, int revents)
         if (n == 0 || (n < 0 && errno != EAGAIN) || c->discarded > ADMIN_LINGER_MAX)
             admin_close(c);
     } else if ((revents & EV_READ) && !c->peer_eof && !c->close_after) {
-        if (buf_room(&c->in) == 0)
-            buf_compact(&c->in);
-        ssize_t n;
-        do {
-            n = recv(c->fd, c->in.last, buf_room(&c->in), 0);
-        } while (n < 0 && errno == EINTR);
+        ssize_t n = buf_recv(&c->in, c->fd);
         if (n > 0) {
-            c->in.last += n;
             ev_timer_again(actx->loop, &c->timer);
         } else if (n == 0) {
             c->peer_eof = true;
-        } else if (errno != EAGAIN) {
-            log_debug("admin#%u %s: recv: %s", c->id, c->peer, strerror(errno));
+        } else if (n != -EAGAIN) {
+            log_debug("admin#%u %s: recv: %s", c->id, c->peer, strerror((int)-n));
             admin_close(c);
         }
     }

@@ -2,7 +2,9 @@
 /* buf: fixed-capacity byte buffers. See buf.h. */
 #include "buf.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "util.h"
 
@@ -29,6 +31,20 @@ void buf_compact(struct buf *b)
     memmove(b->start, b->pos, n);
     b->pos = b->start;
     b->last = b->start + n;
+}
+
+ssize_t buf_recv(struct buf *b, int fd)
+{
+    if (buf_room(b) == 0)
+        buf_compact(b);
+    ssize_t n;
+    do {
+        n = recv(fd, b->last, buf_room(b), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    b->last += n;
+    return n;
 }
 
 size_t buf_append(struct buf *b, const void *data, size_t len)

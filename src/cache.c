@@ -388,6 +388,18 @@ static struct chunk *chunk_new(struct cache *c, const char *key, size_t key_len,
     return ck;
 }
 
+/* A miss: a FILLING chunk in the table (its ref plus the caller's), for a fetch to fill. */
+static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t key_len,
+                                       const uint8_t obj[16], uint64_t index)
+{
+    struct chunk *ck = chunk_new(c, key, key_len, obj, index);
+    ck->state = CHUNK_S_FILLING;
+    ck->started_by_fetch = true;
+    table_insert(c, ck);
+    c->st.misses++;
+    return ck;
+}
+
 /* ---- disk tier ----------------------------------------------------------------------------- */
 
 static const char *shard_dir(const struct cache *c, const uint8_t obj[16])
@@ -399,6 +411,19 @@ static struct verified *verified_slot(struct cache *c, const uint8_t obj[16], ui
 {
     uint64_t h = load64(obj + 4) ^ (index * 0x9e3779b97f4a7c15ull);
     return &c->verified[(h ^ (h >> 31)) & (CACHE_VERIFIED_SLOTS - 1)];
+}
+
+/* Remembers that the file <sb> of (obj, index) verified (or was just written by us). */
+static void verified_mark(struct cache *c, const uint8_t obj[16], uint64_t index,
+                          const struct stat *sb)
+{
+    struct verified *vs = verified_slot(c, obj, index);
+    memcpy(vs->obj, obj, 16);
+    vs->index = index;
+    vs->dev = sb->st_dev;
+    vs->ino = sb->st_ino;
+    vs->size = sb->st_size;
+    vs->used = true;
 }
 
 static void integrity_failure(struct cache *c, const char *path, const char *why,
@@ -497,12 +522,7 @@ static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
             why = "body checksum mismatch";
             goto bad;
         }
-        memcpy(vs->obj, obj, 16);
-        vs->index = index;
-        vs->dev = sb.st_dev;
-        vs->ino = sb.st_ino;
-        vs->size = sb.st_size;
-        vs->used = true;
+        verified_mark(c, obj, index, &sb);
     }
     if (v == NULL)
         objver_set(c, obj, &meta);
@@ -556,13 +576,7 @@ static void disk_store(struct cache *c, struct chunk *ck)
     struct stat sb;
     if (stat(path, &sb) == 0) {
         diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sb), util_wall_ms());
-        struct verified *vs = verified_slot(c, ck->obj, ck->index);
-        memcpy(vs->obj, ck->obj, 16);
-        vs->index = ck->index;
-        vs->dev = sb.st_dev;
-        vs->ino = sb.st_ino;
-        vs->size = sb.st_size;
-        vs->used = true;
+        verified_mark(c, ck->obj, ck->index, &sb);
     }
 }
 
@@ -597,11 +611,7 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
     }
     if (origin == NULL)
         return NULL;
-    ck = chunk_new(c, key, key_len, obj, index);
-    ck->state = CHUNK_S_FILLING;
-    ck->started_by_fetch = true;
-    table_insert(c, ck);
-    c->st.misses++;
+    ck = chunk_new_filling(c, key, key_len, obj, index);
     *created = true;
     fetch_start(&ck, 1, origin);
     return ck;
@@ -718,12 +728,7 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
             break; /* present or in flight: the span stops before it */
         if (old != NULL)
             table_remove(c, old);
-        struct chunk *ck = chunk_new(c, key, key_len, obj, i);
-        ck->state = CHUNK_S_FILLING;
-        ck->started_by_fetch = true;
-        table_insert(c, ck);
-        c->st.misses++;
-        cks[n++] = ck;
+        cks[n++] = chunk_new_filling(c, key, key_len, obj, i);
     }
     if (n == 0)
         return 0;

@@ -610,20 +610,14 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
             upstream_resume(c->up);
     }
     if ((revents & EV_READ) && !c->peer_eof) {
-        if (buf_room(&c->in) == 0)
-            buf_compact(&c->in);
-        ssize_t n;
-        do {
-            n = recv(c->fd, c->in.last, buf_room(&c->in), 0);
-        } while (n < 0 && errno == EINTR);
+        ssize_t n = buf_recv(&c->in, c->fd);
         if (n > 0) {
             if (c->state == CONN_S_READ_HEAD && c->head_since == 0)
                 c->head_since = ev_now(c->ctx->loop);
-            c->in.last += n;
         } else if (n == 0) {
             c->peer_eof = true;
-        } else if (errno != EAGAIN) {
-            log_debug("conn#%u %s: recv: %s", c->id, c->peer, strerror(errno));
+        } else if (n != -EAGAIN) {
+            log_debug("conn#%u %s: recv: %s", c->id, c->peer, strerror((int)-n));
             if (c->state != CONN_S_READ_HEAD)
                 g_stats.client_reset++;
             conn_close(c);

@@ -528,12 +528,26 @@ static void build_head(struct fetch *f, const struct fetch_origin *o)
              o->processed_by_len > 0 ? ", " : "", g_cfg->hostname);
 }
 
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+/* A new fetch, linked into the live list and counted; the caller fills in the rest. */
+static struct fetch *fetch_alloc(void)
 {
-    ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
     ev_init(&f->memt, on_mem_timeout);
+    f->next = fetches;
+    if (fetches)
+        fetches->pprev = &f->next;
+    f->pprev = &fetches;
+    fetches = f;
+    n_fetches++;
+    g_stats.fetches++;
+    return f;
+}
+
+void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+{
+    ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
+    struct fetch *f = fetch_alloc();
     for (size_t i = 0; i < n; i++) {
         f->cks[i] = cks[i];
         cks[i]->refs++;
@@ -543,14 +557,6 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
     f->host = xstrdup(o->host);
     f->port = o->port;
     build_head(f, o);
-    f->next = fetches;
-    if (fetches)
-        fetches->pprev = &f->next;
-    f->pprev = &fetches;
-    fetches = f;
-    n_fetches++;
-    g_stats.fetches++;
-
     f->authority = xstrdup(o->authority);
     if (o->user_agent != NULL)
         f->ua = xstrndup(o->user_agent, o->ua_len);
@@ -590,9 +596,7 @@ bool fetch_split(struct chunk *ck)
         k++;
     if (k >= f->n || k < f->cur + FETCH_SPLIT_GAP)
         return false; /* not in this run, or the fill reaches it soon enough */
-    struct fetch *g = xcalloc(1, sizeof(*g));
-    g->magic = FETCH_MAGIC;
-    ev_init(&g->memt, on_mem_timeout);
+    struct fetch *g = fetch_alloc();
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];
         f->cks[i]->fetch = g;
@@ -607,13 +611,6 @@ bool fetch_split(struct chunk *ck)
     g->req_post = xstrdup(f->req_post);
     g->ua = f->ua ? xstrdup(f->ua) : NULL;
     g->processed_by = f->processed_by ? xstrdup(f->processed_by) : NULL;
-    g->next = fetches;
-    if (fetches)
-        fetches->pprev = &g->next;
-    g->pprev = &fetches;
-    fetches = g;
-    n_fetches++;
-    g_stats.fetches++;
     g_stats.fetch_split++;
     if (f->have_addr) {
         g->addr = f->addr;

@@ -226,8 +226,8 @@ static void up_begin(struct upstream *up);
 
 static void up_fail_later(struct upstream *up, enum up_err err)
 {
-    up->pending_err = err;
-    up_timer(up, 0);
+    up->pending_err = err; /* reported from the timer: never inside the caller */
+    ev_timer_stop(up->loop, &up->timer);
     ev_timer_set(&up->timer, 0., 0.);
     ev_timer_start(up->loop, &up->timer);
 }
@@ -508,18 +508,12 @@ static void on_up_io(struct ev_loop *loop, ev_io *w, int revents)
             up_set_state(up, UP_S_WAIT_HEAD);
     }
     if ((revents & EV_READ) && (up->state == UP_S_WAIT_HEAD || up->state == UP_S_BODY)) {
-        if (buf_room(&up->in) == 0)
-            buf_compact(&up->in);
-        ssize_t n;
-        do {
-            n = recv(up->fd, up->in.last, buf_room(&up->in), 0);
-        } while (n < 0 && errno == EINTR);
+        ssize_t n = buf_recv(&up->in, up->fd);
         if (n > 0) {
-            up->in.last += n;
             up->got_bytes = true;
             if (up->state == UP_S_BODY)
                 up_timer(up, g_cfg->read_timeout_ms);
-        } else if (n == 0 || errno != EAGAIN) {
+        } else if (n != -EAGAIN) {
             /* EOF or reset: first deliver what is buffered; close-delimited bodies end here. */
             if (!up_process(up))
                 return;
