@@ -142,4 +142,7 @@ uninstall:
 clean:
 	rm -rf build
 
+# Long-run targets (fuzz, soak, cross) and their extra dependencies live in mk/*.mk.
+include $(wildcard mk/*.mk)
+
 -include $(OBJS:.o=.d) $(UNIT_BIN:%=%.d) $(BENCH_BIN:%=%.d)
