@@ -10,7 +10,10 @@
  * - disk: one immutable file per chunk under the shard dir chosen by the object hash (chunkfile
  *   format: key, object length, validators, body hash). A file is verified whole (header, key,
  *   length, checksum) the first time this process serves it, then sent with sendfile. A file
- *   that does not verify is deleted, counted, and treated as a miss.
+ *   that does not verify is deleted, counted, and treated as a miss. Disk reads and writes run on
+ *   a small I/O thread pool (iopool.h), never on the loop. A dir whose filesystem fails (ENOSPC,
+ *   EIO, read-only) is switched to pass-through for a while: its chunks are fetched and served
+ *   without being stored.
  * A miss starts one fetch (fetch.c) for the chunk; every later request for it while it fills
  * shares that chunk and reads its bytes as they are committed (waiters are woken at most once
  * per loop iteration).
@@ -39,6 +42,7 @@ struct config;
 struct cache;
 struct chunk;
 struct fetch_origin;
+struct store_job;
 
 /* What an object looks like (from the origin's first answer or a chunk file header). */
 struct cache_meta {
@@ -99,8 +103,11 @@ struct chunk {
     bool notify_pending;
     struct chunk *notify_next;
     struct chunk_waiter *waiters;
-    struct fetch *fetch; /* while FILLING */
-    uint64_t mem;        /* bytes accounted to the memory budget */
+    struct fetch *fetch;         /* while FILLING */
+    bool loading;                /* FILLING while the I/O pool looks it up on disk */
+    struct fetch_origin *origin; /* owns, while loading: where to fetch it on a disk miss */
+    struct store_job *store;     /* its file is being written (the job holds a ref) */
+    uint64_t mem;                /* bytes accounted to the memory budget */
 };
 
 /* The cache; NULL with <err> when a cache dir is unusable or holds another chunk_size. */
@@ -172,6 +179,8 @@ int cache_purge(struct cache *c, const char *key, size_t key_len);
 struct cache_stats {
     uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
         disk_write_errors, disk_writes, coalesced, purged, readahead;
+    uint64_t shards_down; /* cache dirs switched to pass-through after a disk error */
+    uint64_t io_pending;  /* disk jobs queued or running */
     uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */
     bool disk_scan_done;
 };

@@ -136,6 +136,14 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
                     const struct chunkfile_meta *m, const void *body, size_t len, bool durable)
     __attribute__((warn_unused_result));
 
+/* The two halves of chunkfile_write(): the tmp file written and closed (unlinked on error), then
+ * renamed into place (the tmp file unlinked if that fails). Same return values. */
+int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                        const void *body, size_t len, bool durable)
+    __attribute__((warn_unused_result));
+int chunkfile_commit(int dirfd, const char *tmp_path, const char *final_path)
+    __attribute__((warn_unused_result));
+
 /*
  * Reads the whole chunk file <path> (relative to <dirfd> or AT_FDCWD) and verifies it: header
  * (chunkfile_header_parse), key equal to <expect_key>[0..key_len) (borrowed; a file of another

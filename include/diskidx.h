@@ -70,6 +70,10 @@ void diskidx_add(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint6
  */
 void diskidx_touch(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint64_t now_ms);
 
+/* Whether (<obj>, <index>) has a file: 1 indexed, 0 not (the start-up scan is over), -1 not
+ * known yet (the scan is still running). O(1), no syscall. */
+int diskidx_lookup(struct diskidx *d, const uint8_t obj[16], uint64_t index);
+
 /* The cache deleted the file of (<obj>, <index>) (damaged, old version, purged): forget it. */
 void diskidx_remove(struct diskidx *d, const uint8_t obj[16], uint64_t index);
 

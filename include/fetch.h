@@ -44,6 +44,9 @@ struct fetch_origin {
     size_t processed_by_len;
 };
 
+/* A copy of <o> in one allocation (strings NUL-terminated): free() it. */
+struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o);
+
 /* The loop-wide context the fetches use; set once by main. */
 struct domains;
 

@@ -356,6 +356,12 @@ static void write_metrics(struct mw *w)
     mw_sample(w, NULL, cs.misses);
     mw_family(w, "cache_disk_writes_total", "counter", "chunk files written", NULL);
     mw_sample(w, NULL, cs.disk_writes);
+    mw_family(w, "cache_disk_io_pending", "gauge",
+              "chunk file reads and writes queued or running on the I/O threads", NULL);
+    mw_sample(w, NULL, cs.io_pending);
+    mw_family(w, "cache_dirs_down", "gauge",
+              "cache dirs switched to pass-through after a disk error (ENOSPC, EIO)", NULL);
+    mw_sample(w, NULL, cs.shards_down);
     mw_family(w, "cache_purged_chunks_total", "counter", "chunks removed by PURGE", NULL);
     mw_sample(w, NULL, cs.purged);
     mw_family(w, "readahead_chunks_total", "counter",

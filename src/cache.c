@@ -14,8 +14,9 @@
  * Memory is returned when the last ref goes; eviction only drops the table's ref, and only of
  * sealed chunks nobody else holds. Waiters are woken from a zero-delay timer, once per loop
  * iteration per chunk, never inside the call that changed the chunk.
- * Disk I/O here is synchronous (pread/pwrite of one chunk at a time on the loop thread).
- * TODO(#4): move disk reads and writes to an I/O thread pool once measured on a slow disk.
+ * A disk lookup is a FILLING chunk with <loading> set (in the table, so that concurrent readers
+ * share it) until the I/O pool answers: then it becomes a sealed disk chunk (out of the table),
+ * or the fetch for it starts, as for any miss.
  */
 #include "cache.h"
 
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,7 @@
 #include "config.h"
 #include "diskidx.h"
 #include "fetch.h"
+#include "iopool.h"
 #include "log.h"
 #include "range.h"
 #include "util.h"
@@ -46,7 +49,9 @@
 #define CACHE_VERIFIED_SLOTS 65536u
 #define CACHE_MARKER "cacheparty.cache"
 #define CACHE_MARKER_VERSION 1
-#define CACHE_VERIFY_BUF (256 * 1024)
+#define CACHE_VERIFY_BUF (128 * 1024) /* on a worker's stack */
+#define CACHE_IO_THREADS 4u
+#define CACHE_SHARD_RETRY_S 30
 #define CACHE_MAX_CHUNKS (1ull << 26) /* an object of more chunks is not cached */
 
 struct objver {
@@ -63,6 +68,12 @@ struct verified {
     ino_t ino;
     off_t size;
     bool used;
+};
+
+/* A cache dir switched to pass-through after a disk error (ENOSPC, EIO...). */
+struct shard_state {
+    bool down;
+    ev_tstamp retry_at;
 };
 
 struct cache {
@@ -82,10 +93,13 @@ struct cache {
     ev_timer notify_timer;
     struct chunk_waiter *mem_waiters;
     bool mem_notify;
-    struct objver *objs;       /* owns, CACHE_OBJ_SLOTS */
-    struct verified *verified; /* owns, CACHE_VERIFIED_SLOTS */
-    char *vbuf;                /* owns: verification read buffer */
-    struct diskidx *didx;      /* owns: disk usage, LRU and eviction of the chunk files */
+    struct objver *objs;        /* owns, CACHE_OBJ_SLOTS */
+    struct verified *verified;  /* owns, CACHE_VERIFIED_SLOTS */
+    struct diskidx *didx;       /* owns: disk usage, LRU and eviction of the chunk files */
+    struct iopool *io;          /* owns: disk reads and writes */
+    pthread_mutex_t disk_mu;    /* renames into place and deletions of damaged files (workers) */
+    bool closing;               /* cache_free() runs: no new disk work */
+    struct shard_state *shards; /* owns, one per dir */
     struct cache_stats st;
 };
 
@@ -366,6 +380,7 @@ void cache_chunk_unref(struct chunk **ckp)
     chunk_release_mem(ck);
     if (ck->fd >= 0)
         close(ck->fd);
+    free(ck->origin);
     free(ck->key);
     ck->magic = 0;
     live_chunks--;
@@ -401,10 +416,105 @@ static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t 
 }
 
 /* ---- disk tier ----------------------------------------------------------------------------- */
+/*
+ * Disk work runs on the I/O pool (iopool.h), never on the loop: a load job opens, checks and (the
+ * first time) verifies a chunk file; a store job writes a sealed chunk's file. Both hold a chunk
+ * ref, taken and dropped on the loop; a worker reads only the job's own copy of the key and
+ * paths, and (store) the sealed chunk's bytes and meta, which never change while it is sealed.
+ * Renames into place and deletions of damaged files happen under <disk_mu>, so that a PURGE
+ * (which marks the object's pending stores cancelled under the same lock before it deletes the
+ * files) never lets a chunk file reappear after it, and a load never deletes a file that a store
+ * has just put in place of the damaged one it read.
+ */
+
+enum load_result {
+    LOAD_OK,
+    LOAD_MISSING, /* no file */
+    LOAD_ERROR,   /* cannot open or read now (descriptors, permissions, EIO): a miss, kept */
+    LOAD_BAD,     /* damaged: deleted (why says how) */
+    LOAD_UNKNOWN  /* not verified earlier and verification not allowed here */
+};
+
+struct load_job {
+    struct iojob j;
+    struct cache *c;  /* loop side */
+    struct chunk *ck; /* a ref; loop side */
+    unsigned shard;
+    /* In: */
+    char path[PATH_MAX];
+    const char *key; /* the chunk's key (a copy owned by key_own for a pool job) */
+    size_t key_len;
+    char *key_own;
+    uint64_t chunk_size, index;
+    bool known; /* this file (dev, ino, size) verified earlier in this process */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    /* Out: */
+    enum load_result res;
+    int err; /* errno of LOAD_ERROR */
+    const char *why;
+    int fd;
+    struct stat sb;
+    struct cache_meta meta;
+    uint64_t data_len;
+    size_t hdr_len;
+    bool verified_now;
+};
+
+struct store_job {
+    struct iojob j;
+    struct cache *c;
+    struct chunk *ck; /* a ref: its bytes, key and meta are immutable while it is sealed */
+    unsigned shard;
+    bool cancelled; /* under c->disk_mu: a PURGE came first, do not put the file in place */
+    int rc;
+    bool have_sb;
+    struct stat sb;
+    char path[PATH_MAX], tmp[PATH_MAX];
+};
+
+static unsigned shard_of(const struct cache *c, const uint8_t obj[16])
+{
+    return obj[0] % (unsigned)c->n_dirs;
+}
 
 static const char *shard_dir(const struct cache *c, const uint8_t obj[16])
 {
-    return c->dirs[obj[0] % c->n_dirs];
+    return c->dirs[shard_of(c, obj)];
+}
+
+/* Whether the shard is switched to pass-through after a disk error (retried after a while). */
+static bool shard_down(struct cache *c, unsigned shard)
+{
+    struct shard_state *ss = &c->shards[shard];
+    if (!ss->down)
+        return false;
+    if (ev_now(c->loop) < ss->retry_at)
+        return true;
+    ss->down = false; /* try again; the next error switches it back */
+    c->st.shards_down--;
+    log_info("cache: retrying cache dir %s after the earlier error", c->dirs[shard]);
+    return false;
+}
+
+/* A disk error that says the shard's filesystem is unusable (full, failing, read-only). */
+static bool shard_error(int err)
+{
+    return err == ENOSPC || err == EIO || err == EROFS || err == EDQUOT;
+}
+
+static void shard_fail(struct cache *c, unsigned shard, int err)
+{
+    struct shard_state *ss = &c->shards[shard];
+    ss->retry_at = ev_now(c->loop) + CACHE_SHARD_RETRY_S;
+    if (ss->down)
+        return;
+    ss->down = true;
+    c->st.shards_down++;
+    log_err("cache: cache dir %s: %s: serving its chunks from the origin without storing them "
+            "(retry in %d s)",
+            c->dirs[shard], strerror(err), CACHE_SHARD_RETRY_S);
 }
 
 static struct verified *verified_slot(struct cache *c, const uint8_t obj[16], uint64_t index)
@@ -426,132 +536,251 @@ static void verified_mark(struct cache *c, const uint8_t obj[16], uint64_t index
     vs->used = true;
 }
 
-static void integrity_failure(struct cache *c, const char *path, const char *why,
-                              const uint8_t obj[16], uint64_t index)
+/* Fills a load job's input for chunk (<obj>, <index>) of <key> (borrowed by the job). */
+static int load_prepare(struct cache *c, struct load_job *lj, const char *key, size_t key_len,
+                        const uint8_t obj[16], uint64_t index)
 {
-    diskidx_remove(c->didx, obj, index);
-    c->st.integrity_failures++;
-    log_warn("cache: %s: %s: deleted, will refetch", path, why);
-    if (unlink(path) < 0 && errno != ENOENT)
-        log_warn("cache: cannot delete %s: %s", path, strerror(errno));
+    memset(lj, 0, sizeof(*lj));
+    lj->c = c;
+    lj->shard = shard_of(c, obj);
+    if (chunkfile_path(lj->path, sizeof(lj->path), c->dirs[lj->shard], obj, index) < 0)
+        return -1;
+    lj->key = key;
+    lj->key_len = key_len;
+    lj->chunk_size = c->chunk_size;
+    lj->index = index;
+    lj->fd = -1;
+    const struct verified *vs = verified_slot(c, obj, index);
+    if (vs->used && memcmp(vs->obj, obj, 16) == 0 && vs->index == index) {
+        lj->known = true;
+        lj->dev = vs->dev;
+        lj->ino = vs->ino;
+        lj->size = vs->size;
+    }
+    return 0;
 }
 
 /* Streams the body through XXH3; true if it matches. */
-static bool body_verifies(struct cache *c, int fd, off_t off, uint64_t len, uint64_t want)
+static bool body_verifies(int fd, off_t off, uint64_t len, uint64_t want)
 {
+    char buf[CACHE_VERIFY_BUF];
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     while (len > 0) {
-        size_t n = len < CACHE_VERIFY_BUF ? (size_t)len : CACHE_VERIFY_BUF;
-        ssize_t r = pread(fd, c->vbuf, n, off);
+        size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
+        ssize_t r = pread(fd, buf, n, off);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             return false;
-        XXH3_64bits_update(&st, c->vbuf, (size_t)r);
+        XXH3_64bits_update(&st, buf, (size_t)r);
         off += r;
         len -= (uint64_t)r;
     }
     return XXH3_64bits_digest(&st) == want;
 }
 
-/* A verified SEALED disk chunk, or NULL (missing, damaged: deleted, or another version). */
-static struct chunk *disk_load(struct cache *c, const char *key, size_t key_len,
-                               const uint8_t obj[16], uint64_t index)
+/* Deletes the damaged file <lj->path> if it is still the one read (a store may have replaced
+ * it meanwhile). */
+static void load_delete_bad(struct load_job *lj)
 {
-    char path[PATH_MAX];
-    if (chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, index) < 0)
-        return NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        if (errno == ELOOP) /* a symlink where a chunk file belongs */
-            integrity_failure(c, path, "a symbolic link", obj, index);
-        else if (errno != ENOENT)
-            /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
-            log_warn("cache: cannot open %s: %s (served as a miss)", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
+    struct stat now;
+    pthread_mutex_lock(&lj->c->disk_mu);
+    if (lstat(lj->path, &now) == 0 && now.st_dev == lj->sb.st_dev && now.st_ino == lj->sb.st_ino)
+        (void)unlink(lj->path);
+    pthread_mutex_unlock(&lj->c->disk_mu);
+}
+
+/*
+ * Opens and checks the chunk file: header, key, chunk size and index, length, and the body's
+ * checksum unless this very file verified earlier (<may_verify> false: LOAD_UNKNOWN instead).
+ * Blocking: runs on a worker, or on the loop only for a file known to be verified and hot.
+ */
+static void load_file(struct load_job *lj, bool may_verify)
+{
     uint8_t hdr[CHUNKFILE_HDR_MAX];
     struct chunkfile_meta m;
     uint64_t body_hash = 0;
-    size_t hdr_len = 0;
-    const char *why = NULL;
-    ssize_t n = -1;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        why = "not a regular file";
+    ssize_t n;
+    lj->fd = open(lj->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (lj->fd < 0) {
+        lj->err = errno;
+        if (errno == ELOOP) { /* a symlink where a chunk file belongs */
+            lj->why = "a symbolic link";
+            if (lstat(lj->path, &lj->sb) == 0)
+                load_delete_bad(lj);
+            lj->res = LOAD_BAD;
+        } else {
+            lj->res = errno == ENOENT ? LOAD_MISSING : LOAD_ERROR;
+        }
+        return;
+    }
+    if (fstat(lj->fd, &lj->sb) < 0 || !S_ISREG(lj->sb.st_mode)) {
+        lj->why = "not a regular file";
         goto bad;
     }
-    n = pread(fd, hdr, sizeof(hdr), 0);
-    if (n <= 0 || chunkfile_header_parse(hdr, (size_t)n, &m, &body_hash, &hdr_len) != 0) {
-        why = "bad header";
+    n = pread(lj->fd, hdr, sizeof(hdr), 0);
+    if (n < 0 && errno == EIO) {
+        lj->err = EIO;
+        goto error;
+    }
+    if (n <= 0 || chunkfile_header_parse(hdr, (size_t)n, &m, &body_hash, &lj->hdr_len) != 0) {
+        lj->why = "bad header";
         goto bad;
     }
-    if (m.key_len != key_len || memcmp(m.key, key, key_len) != 0) {
-        why = "another key's file";
+    if (m.key_len != lj->key_len || memcmp(m.key, lj->key, lj->key_len) != 0) {
+        lj->why = "another key's file";
         goto bad;
     }
-    if (m.chunk_size != c->chunk_size || m.index != index) {
-        why = "wrong chunk size or index";
+    if (m.chunk_size != lj->chunk_size || m.index != lj->index) {
+        lj->why = "wrong chunk size or index";
         goto bad;
     }
-    if ((uint64_t)sb.st_size != hdr_len + m.data_len) {
-        why = "wrong length (truncated or extended)";
+    if ((uint64_t)lj->sb.st_size != lj->hdr_len + m.data_len) {
+        lj->why = "wrong length (truncated or extended)";
         goto bad;
     }
-    struct cache_meta meta;
-    memset(&meta, 0, sizeof(meta));
-    meta.total = m.total;
-    memcpy(meta.etag, m.etag, m.etag_len);
-    memcpy(meta.last_modified, m.last_modified, m.last_modified_len);
-    memcpy(meta.content_type, m.content_type, m.content_type_len);
-    const struct objver *v = objver_get(c, obj);
-    if (v != NULL && !objver_matches(v, &meta)) {
-        /* An older version of an object the origin has since changed. */
-        log_info("cache: %s: stale version: deleted", path);
-        unlink(path);
-        diskidx_remove(c->didx, obj, index);
-        close(fd);
-        return NULL;
-    }
-    struct verified *vs = verified_slot(c, obj, index);
-    bool known = vs->used && memcmp(vs->obj, obj, 16) == 0 && vs->index == index &&
-                 vs->dev == sb.st_dev && vs->ino == sb.st_ino && vs->size == sb.st_size;
-    if (!known) {
-        if (!body_verifies(c, fd, (off_t)hdr_len, m.data_len, body_hash)) {
-            why = "body checksum mismatch";
+    memset(&lj->meta, 0, sizeof(lj->meta));
+    lj->meta.total = m.total;
+    memcpy(lj->meta.etag, m.etag, m.etag_len);
+    memcpy(lj->meta.last_modified, m.last_modified, m.last_modified_len);
+    memcpy(lj->meta.content_type, m.content_type, m.content_type_len);
+    lj->data_len = m.data_len;
+    if (!(lj->known && lj->dev == lj->sb.st_dev && lj->ino == lj->sb.st_ino &&
+          lj->size == lj->sb.st_size)) {
+        if (!may_verify) {
+            lj->res = LOAD_UNKNOWN;
+            goto out;
+        }
+        if (!body_verifies(lj->fd, (off_t)lj->hdr_len, m.data_len, body_hash)) {
+            lj->why = "body checksum mismatch";
             goto bad;
         }
-        verified_mark(c, obj, index, &sb);
+        lj->verified_now = true;
     }
-    if (v == NULL)
-        objver_set(c, obj, &meta);
-    struct chunk *ck = chunk_new(c, key, key_len, obj, index);
-    ck->state = CHUNK_S_SEALED;
-    ck->meta = meta;
-    ck->meta_known = true;
-    ck->cap = ck->len = m.data_len;
-    ck->fd = fd;
-    ck->body_off = (off_t)hdr_len;
-    c->st.disk_hits++;
-    diskidx_touch(c->didx, obj, index, util_wall_ms());
-    return ck;
+    lj->res = LOAD_OK;
+    return;
 bad:
-    close(fd);
-    integrity_failure(c, path, why, obj, index);
-    return NULL;
+    lj->res = LOAD_BAD;
+    load_delete_bad(lj);
+    goto out;
+error:
+    lj->res = LOAD_ERROR;
+out:
+    close(lj->fd);
+    lj->fd = -1;
 }
 
-static void disk_store(struct cache *c, struct chunk *ck)
+/* Turns a loaded file into a SEALED disk chunk <ck> (or deletes it: another version). */
+static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
-    const char *dir = shard_dir(c, ck->obj);
-    if (chunkfile_path(path, sizeof(path), dir, ck->obj, ck->index) < 0 ||
-        chunkfile_tmp_path(tmp, sizeof(tmp), dir, ck->obj, ck->index, ++c->tmp_seq) < 0)
+    const struct objver *v = objver_get(c, ck->obj);
+    if (v != NULL && !objver_matches(v, &lj->meta)) {
+        /* An older version of an object the origin has since changed. */
+        log_info("cache: %s: stale version: deleted", lj->path);
+        load_delete_bad(lj);
+        diskidx_remove(c->didx, ck->obj, ck->index);
+        close(lj->fd);
+        lj->fd = -1;
+        return false;
+    }
+    if (lj->verified_now)
+        verified_mark(c, ck->obj, ck->index, &lj->sb);
+    if (v == NULL)
+        objver_set(c, ck->obj, &lj->meta);
+    ck->state = CHUNK_S_SEALED;
+    ck->meta = lj->meta;
+    ck->meta_known = true;
+    ck->cap = ck->len = lj->data_len;
+    ck->fd = lj->fd;
+    lj->fd = -1;
+    ck->body_off = (off_t)lj->hdr_len;
+    c->st.disk_hits++;
+    diskidx_touch(c->didx, ck->obj, ck->index, util_wall_ms());
+    return true;
+}
+
+/* Counts and logs what a load found wrong (the file is already deleted). */
+static void load_report(struct cache *c, const struct load_job *lj, const struct chunk *ck)
+{
+    if (lj->res == LOAD_BAD) {
+        diskidx_remove(c->didx, ck->obj, ck->index);
+        c->st.integrity_failures++;
+        log_warn("cache: %s: %s: deleted, will refetch", lj->path, lj->why);
+    } else if (lj->res == LOAD_ERROR) {
+        /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
+        log_warn("cache: cannot read %s: %s (served as a miss)", lj->path, strerror(lj->err));
+        if (shard_error(lj->err))
+            shard_fail(c, lj->shard, lj->err);
+    }
+}
+
+static void on_load_work(struct iojob *j)
+{
+    load_file(container_of(j, struct load_job, j), true);
+}
+
+/* The chunk stays in FILLING until here; it becomes a sealed disk chunk or a fetch's. */
+static void on_load_done(struct iojob *j)
+{
+    struct load_job *lj = container_of(j, struct load_job, j);
+    struct cache *c = lj->c;
+    struct chunk *ck = lj->ck;
+    ASSERT(ck->loading && ck->state == CHUNK_S_FILLING);
+    ck->loading = false;
+    load_report(c, lj, ck);
+    if (lj->res == LOAD_OK && load_accept(c, lj, ck)) {
+        table_remove(c, ck); /* disk chunks live with their readers only */
+        chunk_notify(ck);
+    } else if (c->closing) {
+        cache_chunk_failed(ck, CHUNK_FAIL_502);
+    } else if (ck->origin != NULL) {
+        ck->started_by_fetch = true;
+        c->st.misses++;
+        fetch_start(&ck, 1, ck->origin);
+    } else {
+        cache_chunk_failed(ck, CHUNK_FAIL_PASS); /* a probe (HEAD): forwarded */
+    }
+    free(ck->origin);
+    ck->origin = NULL;
+    free(lj->key_own);
+    free(lj);
+    cache_chunk_unref(&ck);
+}
+
+/* Starts the lookup of <ck> (FILLING, in the table) on disk: it stays FILLING until it is known. */
+static void disk_load_start(struct cache *c, struct chunk *ck)
+{
+    struct load_job *lj = xmalloc(sizeof(*lj));
+    if (load_prepare(c, lj, ck->key, ck->key_len, ck->obj, ck->index) < 0) {
+        free(lj);
         return;
+    }
+    lj->key_own = xstrndup(ck->key, ck->key_len);
+    lj->key = lj->key_own;
+    lj->ck = ck;
+    chunk_ref(ck);
+    ck->loading = true;
+    lj->j.work = on_load_work;
+    lj->j.done = on_load_done;
+    iopool_submit(c->io, &lj->j);
+}
+
+/* Whether (<obj>, <index>) may have a file: false only when the disk index knows it has none. */
+static bool disk_may_have(struct cache *c, const uint8_t obj[16], uint64_t index)
+{
+    if (shard_down(c, shard_of(c, obj)))
+        return false;
+    return diskidx_lookup(c->didx, obj, index) != 0;
+}
+
+static void on_store_work(struct iojob *j)
+{
+    struct store_job *sj = container_of(j, struct store_job, j);
+    const struct chunk *ck = sj->ck;
     struct chunkfile_meta m;
     memset(&m, 0, sizeof(m));
-    m.chunk_size = c->chunk_size;
+    m.chunk_size = sj->c->chunk_size;
     m.index = ck->index;
     m.total = ck->meta.total;
     m.data_len = (uint32_t)ck->cap;
@@ -563,21 +792,66 @@ static void disk_store(struct cache *c, struct chunk *ck)
     m.last_modified_len = strlen(ck->meta.last_modified);
     m.content_type = ck->meta.content_type;
     m.content_type_len = strlen(ck->meta.content_type);
-    int rc = chunkfile_write(AT_FDCWD, tmp, path, &m, ck->data, ck->cap, false);
-    if (rc < 0) {
+    sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->data, ck->cap, false);
+    if (sj->rc < 0)
+        return;
+    pthread_mutex_lock(&sj->c->disk_mu);
+    if (sj->cancelled) {
+        (void)unlink(sj->tmp);
+        sj->rc = -ECANCELED;
+    } else {
+        sj->rc = chunkfile_commit(AT_FDCWD, sj->tmp, sj->path);
+        sj->have_sb = sj->rc == 0 && stat(sj->path, &sj->sb) == 0;
+    }
+    pthread_mutex_unlock(&sj->c->disk_mu);
+}
+
+static void on_store_done(struct iojob *j)
+{
+    struct store_job *sj = container_of(j, struct store_job, j);
+    struct cache *c = sj->c;
+    struct chunk *ck = sj->ck;
+    ck->store = NULL;
+    if (sj->rc == 0) {
+        c->st.disk_writes++;
+        /* What we just wrote needs no verification on its first read. */
+        if (sj->have_sb) {
+            diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sj->sb), util_wall_ms());
+            verified_mark(c, ck->obj, ck->index, &sj->sb);
+        }
+    } else if (sj->rc != -ECANCELED) {
         c->st.disk_write_errors++;
         if (c->st.disk_write_errors < 10 || c->st.disk_write_errors % 1000 == 0)
-            log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", path,
-                     strerror(-rc), (unsigned long long)c->st.disk_write_errors);
+            log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", sj->path,
+                     strerror(-sj->rc), (unsigned long long)c->st.disk_write_errors);
+        if (shard_error(-sj->rc))
+            shard_fail(c, sj->shard, -sj->rc);
+    }
+    free(sj);
+    cache_chunk_unref(&ck);
+}
+
+/* Writes sealed chunk <ck> to its file from the I/O pool. */
+static void disk_store(struct cache *c, struct chunk *ck)
+{
+    unsigned shard = shard_of(c, ck->obj);
+    if (c->closing || shard_down(c, shard))
+        return;
+    struct store_job *sj = xcalloc(1, sizeof(*sj));
+    if (chunkfile_path(sj->path, sizeof(sj->path), c->dirs[shard], ck->obj, ck->index) < 0 ||
+        chunkfile_tmp_path(sj->tmp, sizeof(sj->tmp), c->dirs[shard], ck->obj, ck->index,
+                           ++c->tmp_seq) < 0) {
+        free(sj);
         return;
     }
-    c->st.disk_writes++;
-    /* What we just wrote needs no verification on its first read. */
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sb), util_wall_ms());
-        verified_mark(c, ck->obj, ck->index, &sb);
-    }
+    sj->c = c;
+    sj->ck = ck;
+    sj->shard = shard;
+    chunk_ref(ck);
+    ck->store = sj;
+    sj->j.work = on_store_work;
+    sj->j.done = on_store_done;
+    iopool_submit(c->io, &sj->j);
 }
 
 /* ---- the API ------------------------------------------------------------------------------ */
@@ -597,17 +871,26 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
     if (ck != NULL) {
         chunk_ref(ck);
         ck->clock_ref = true;
-        if (ck->state == CHUNK_S_SEALED) {
+        if (ck->loading) {
+            if (origin != NULL && ck->origin == NULL) /* a probe started it */
+                ck->origin = fetch_origin_dup(origin);
+        } else if (ck->state == CHUNK_S_SEALED) {
             c->st.mem_hits++;
             diskidx_touch(c->didx, obj, index, util_wall_ms()); /* keep its file recent too */
         } else
             c->st.coalesced++; /* joined a fetch in flight */
         return ck;
     }
-    if (!force) {
-        ck = disk_load(c, key, key_len, obj, index);
-        if (ck != NULL)
-            return ck;
+    if (!force && disk_may_have(c, obj, index)) {
+        /* Looked up on disk by the I/O pool; readers wait on it as on a fetch. */
+        ck = chunk_new(c, key, key_len, obj, index);
+        ck->state = CHUNK_S_FILLING;
+        table_insert(c, ck);
+        if (origin != NULL)
+            ck->origin = fetch_origin_dup(origin);
+        disk_load_start(c, ck);
+        *created = true;
+        return ck;
     }
     if (origin == NULL)
         return NULL;
@@ -698,7 +981,23 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
     /* Only when memory is short: sending from memory is cheaper than from the file. */
     if (c->mem_waiters == NULL && c->mem_used + c->chunk_size <= c->budget)
         return NULL;
-    return disk_load(c, ck->key, ck->key_len, ck->obj, ck->index);
+    /* Only a file this process wrote or verified, whose store finished: an open and a header
+     * read of a hot file, done here on the loop (never a body verification). */
+    if (ck->store != NULL || shard_down(c, shard_of(c, ck->obj)))
+        return NULL;
+    struct load_job lj;
+    if (load_prepare(c, &lj, ck->key, ck->key_len, ck->obj, ck->index) < 0 || !lj.known)
+        return NULL;
+    load_file(&lj, false);
+    load_report(c, &lj, ck);
+    if (lj.res != LOAD_OK)
+        return NULL;
+    struct chunk *dk = chunk_new(c, ck->key, ck->key_len, ck->obj, ck->index);
+    if (!load_accept(c, &lj, dk)) {
+        cache_chunk_unref(&dk);
+        return NULL;
+    }
+    return dk;
 }
 
 bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index)
@@ -708,6 +1007,12 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     struct chunk *ck = table_find(c, obj, index);
     if (ck != NULL)
         return ck->state != CHUNK_S_FAILED;
+    if (shard_down(c, shard_of(c, obj)))
+        return false;
+    int known = diskidx_lookup(c->didx, obj, index);
+    if (known >= 0)
+        return known == 1;
+    /* The start-up scan has not seen it yet: ask the filesystem (as the scan itself does). */
     char path[PATH_MAX];
     struct stat sb;
     return chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, index) == 0 &&
@@ -755,9 +1060,10 @@ void cache_chunk_seal(struct chunk *ck)
     ASSERT(ck->state == CHUNK_S_FILLING && ck->len == ck->cap);
     ck->state = CHUNK_S_SEALED;
     ck->fetch = NULL;
-    if (ck->in_table)
+    if (ck->in_table) {
         ring_add(c, ck);
-    disk_store(c, ck);
+        disk_store(c, ck); /* not a chunk purged, replaced or of an old version meanwhile */
+    }
     chunk_notify(ck);
 }
 
@@ -788,6 +1094,12 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
             if (memcmp(ck->obj, obj, 16) == 0) {
                 if (ck->state != CHUNK_S_SEALED)
                     removed++;
+                if (ck->store != NULL) {
+                    /* Its file is being written: it must not appear after the deletion below. */
+                    pthread_mutex_lock(&c->disk_mu);
+                    ck->store->cancelled = true;
+                    pthread_mutex_unlock(&c->disk_mu);
+                }
                 table_remove(c, ck);
             }
             ck = next;
@@ -827,6 +1139,7 @@ void cache_get_stats(const struct cache *c, struct cache_stats *out)
 {
     *out = c->st;
     out->mem_bytes = c->mem_used;
+    out->io_pending = c->io != NULL ? iopool_pending(c->io) : 0;
     struct diskidx_stats ds;
     diskidx_get_stats(c->didx, &ds);
     out->disk_bytes = ds.bytes;
@@ -924,7 +1237,21 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->buckets = xcalloc(c->n_buckets, sizeof(*c->buckets));
     c->objs = xcalloc(CACHE_OBJ_SLOTS, sizeof(*c->objs));
     c->verified = xcalloc(CACHE_VERIFIED_SLOTS, sizeof(*c->verified));
-    c->vbuf = xmalloc(CACHE_VERIFY_BUF);
+    c->shards = xcalloc(cfg->n_dirs, sizeof(*c->shards));
+    pthread_mutex_init(&c->disk_mu, NULL);
+    c->io = iopool_new(loop, CACHE_IO_THREADS);
+    if (c->io == NULL) {
+        snprintf(err, errlen, "cannot start the disk I/O threads: %s", strerror(errno));
+        free(c->shards);
+        free(c->verified);
+        free(c->objs);
+        free(c->buckets);
+        for (size_t i = 0; i < c->n_dirs; i++)
+            free(c->dirs[i]);
+        free(c->dirs);
+        free(c);
+        return NULL;
+    }
     ev_timer_init(&c->notify_timer, on_notify, 0., 0.);
     c->didx = diskidx_new(loop, c->dirs, c->n_dirs, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
     return c;
@@ -944,6 +1271,10 @@ void cache_free(struct cache **cp)
     if (c == NULL)
         return;
     CHECK_OBJ(c, CACHE_MAGIC);
+    /* Pending stores finish (their chunks are complete); pending loads fail their chunks. */
+    c->closing = true;
+    iopool_free(&c->io);
+    pthread_mutex_destroy(&c->disk_mu);
     for (size_t b = 0; b < c->n_buckets; b++)
         while (c->buckets[b] != NULL)
             table_remove(c, c->buckets[b]);
@@ -962,7 +1293,7 @@ void cache_free(struct cache **cp)
     free(c->buckets);
     free(c->objs);
     free(c->verified);
-    free(c->vbuf);
+    free(c->shards);
     c->magic = 0;
     free(c);
     *cp = NULL;

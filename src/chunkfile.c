@@ -194,8 +194,8 @@ static int write_all(int fd, const void *p, size_t len)
     return 0;
 }
 
-int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
-                    const struct chunkfile_meta *m, const void *body, size_t len, bool durable)
+int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                        const void *body, size_t len, bool durable)
 {
     uint8_t hdr[CHUNKFILE_HDR_MAX];
     ASSERT(len == m->data_len);
@@ -213,7 +213,15 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
         rc = -errno; /* a deferred write error (NFS, quota) shows up here */
-    if (rc == 0 && renameat(dirfd, tmp_path, dirfd, final_path) < 0) {
+    if (rc < 0)
+        (void)unlinkat(dirfd, tmp_path, 0);
+    return rc;
+}
+
+int chunkfile_commit(int dirfd, const char *tmp_path, const char *final_path)
+{
+    int rc = 0;
+    if (renameat(dirfd, tmp_path, dirfd, final_path) < 0) {
         rc = -errno;
         if (rc == -ENOENT) {
             /* ab/ or ab/cd/ not there yet: the tree is created lazily, on first use. */
@@ -225,6 +233,13 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
     if (rc < 0)
         (void)unlinkat(dirfd, tmp_path, 0);
     return rc;
+}
+
+int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
+                    const struct chunkfile_meta *m, const void *body, size_t len, bool durable)
+{
+    int rc = chunkfile_write_tmp(dirfd, tmp_path, m, body, len, durable);
+    return rc < 0 ? rc : chunkfile_commit(dirfd, tmp_path, final_path);
 }
 
 /* pread() exactly <len> bytes at <off>. Returns 0, -EBADMSG when the file ends first, or -errno. */

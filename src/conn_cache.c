@@ -234,6 +234,8 @@ static bool etag_matches(const char *v, size_t len, const char *etag)
 static bool head_step(struct conn *c)
 {
     struct chunk *ck = c->ck;
+    if (ck->state == CHUNK_S_FAILED || ck->meta_known) /* a disk lookup has become a hit */
+        c->first_miss = c->first_miss && ck->started_by_fetch;
     if (ck->state == CHUNK_S_FAILED) {
         enum chunk_fail why = ck->fail;
         drop_chunk(c);
@@ -406,7 +408,7 @@ static bool body_step(struct conn *c)
         }
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        if (c->ck_created)
+        if (c->ck_created && ck->started_by_fetch)
             g_stats.bytes_miss += (uint64_t)k;
         else
             g_stats.bytes_hit += (uint64_t)k;

@@ -798,6 +798,15 @@ void diskidx_touch(struct diskidx *d, const uint8_t obj[16], uint64_t index, uin
         report(d, "cannot set the mtime of", path, -rc);
 }
 
+int diskidx_lookup(struct diskidx *d, const uint8_t obj[16], uint64_t index)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    uint32_t *link;
+    if (find(d, shard_of(d, obj), obj, index, &link))
+        return 1;
+    return d->st.scan_done ? 0 : -1;
+}
+
 void diskidx_remove(struct diskidx *d, const uint8_t obj[16], uint64_t index)
 {
     CHECK_OBJ(d, DISKIDX_MAGIC);

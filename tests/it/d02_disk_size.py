@@ -22,6 +22,7 @@ WAIT = 10 * H.SLOW               # eviction runs from the loop, just after the w
 def disk_usage(cache_dir):
     """(bytes, files): apparent size of every file under <cache_dir> except tmp/ and the marker.
     Files the daemon deletes during the walk are skipped."""
+    H.settle_all_disks()
     total = files = 0
     for root, dirs, names in os.walk(cache_dir):
         if root == cache_dir:

@@ -771,11 +771,11 @@ class Blackhole:
         self.lsock.close()
 
 
-def default_config(tmpdir, port, dns_addr, origin_addr):
+def default_config(tmpdir, port, dns_addr, origin_addr, admin_listen=""):
     return collections.OrderedDict([
         ("server", collections.OrderedDict([
             ("listen", "127.0.0.1:%d" % port),
-            ("admin_listen", ""),
+            ("admin_listen", admin_listen),
             ("hostname", HOSTNAME),
             ("max_connections", "64"),
             ("request_timeout", "2s"),
@@ -868,7 +868,9 @@ class Daemon:
     def write_config(self, port):
         origin_addr = self.origin.addr if self.origin is not None else ""
         dns_addr = self.dns.addr if self.dns is not None else "127.0.0.1:%d" % closed_port()
-        cfg = default_config(self.tmpdir, port, dns_addr, origin_addr)
+        # An admin listener on a free port unless the test says otherwise: settle_disk() reads
+        # its /metrics.
+        cfg = default_config(self.tmpdir, port, dns_addr, origin_addr, admin_listen="auto")
         merge_config(cfg, self.overrides)
         self.admin_port = None
         if cfg["server"].get("admin_listen") == "auto":
@@ -1037,6 +1039,15 @@ class Daemon:
             except ValueError:
                 pass
         return out
+
+    def settle_disk(self, timeout=30):
+        """Waits until the daemon's disk I/O threads have no chunk read or write pending (chunk
+        files are written after the response that filled them; tests that look at the files
+        wait for them here). No-op without an admin listener or a running process."""
+        if self.admin_port is None or not self.running():
+            return
+        name = "cacheparty_cache_disk_io_pending"
+        wait_until(lambda: self.metrics().get(name) == 0, timeout * SLOW, what=name + " == 0")
 
     def status(self):
         """/status as a dict."""
@@ -1886,8 +1897,16 @@ def cache_key(target, host=DEFAULT_HOST):
     return "%s\n%s" % (host, path_of(target))
 
 
+def settle_all_disks():
+    """Daemon.settle_disk() of every running daemon."""
+    for d in Daemon._all:
+        d.settle_disk()
+
+
 def chunk_files(cache_dir):
-    """Paths of every file in <cache_dir> except tmp/ and the cacheparty.cache marker, sorted."""
+    """Paths of every file in <cache_dir> except tmp/ and the cacheparty.cache marker, sorted,
+    once the running daemons have finished writing."""
+    settle_all_disks()
     out = []
     for root, dirs, files in os.walk(cache_dir):
         if os.path.samefile(root, cache_dir):
