@@ -10,6 +10,7 @@ usage: dns.py [--listen 127.0.0.1] [--port 0] [--portfile FILE] [--answer 127.0.
               [--lifetime 3600] [--log FILE]
 """
 import argparse
+import errno
 import ipaddress
 import os
 import selectors
@@ -67,12 +68,22 @@ def main():
     answer_ip = ipaddress.IPv4Address(args.answer).packed
     log = open(args.log, "a", buffering=1) if args.log else None
 
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind((args.listen, args.port))
-    port = udp.getsockname()[1]
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind((args.listen, port))
+    # UDP and TCP on one port: an ephemeral UDP port may be taken for TCP (a connection's local
+    # port), so try again with another one (bounded).
+    for attempt in range(100):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind((args.listen, args.port))
+        port = udp.getsockname()[1]
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind((args.listen, port))
+            break
+        except OSError as e:
+            udp.close()
+            tcp.close()
+            if args.port != 0 or e.errno != errno.EADDRINUSE or attempt == 99:
+                raise
     tcp.listen(64)
     if args.portfile:
         tmp = args.portfile + ".tmp"
