@@ -68,12 +68,13 @@ void fetch_module_init(struct fetch_ctx *ctx);
  */
 void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
 /*
- * A reader needs <ck>, a chunk deep inside a running run that will not reach it for a while
- * (FETCH_SPLIT_GAP chunks or more): the run is cut before <ck> and a new fetch starts at <ck>
- * for the rest, so the reader waits one origin round trip, not the whole run ahead of it.
+ * A reader needs <ck>, a chunk inside a running run that will not reach it for a while (while
+ * the run's bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they
+ * flow, any chunk after the first): the run is cut before <ck> and a new fetch starts at <ck>
+ * for the rest, so the reader waits one origin round trip, not the run ahead of it.
  * Returns whether it split.
  */
-#define FETCH_SPLIT_GAP 4
+#define FETCH_SPLIT_GAP 2
 bool fetch_split(struct chunk *ck);
 
 /* Fails and frees every running fetch (shutdown). */

@@ -625,7 +625,11 @@ bool fetch_split(struct chunk *ck)
     size_t k = f->cur;
     while (k < f->n && f->cks[k] != ck)
         k++;
-    if (k >= f->n || k < f->cur + FETCH_SPLIT_GAP)
+    /* Before the run's bytes flow, a chunk behind the first waits the rest of the first-byte
+     * delay plus the transfer of every chunk before it: a request of its own costs one delay at
+     * most. Once they flow, the fill reaches the next chunk or two within a chunk's transfer. */
+    size_t gap = f->meta_known && f->cks[f->cur]->len > 0 ? FETCH_SPLIT_GAP : 1;
+    if (k >= f->n || k < f->cur + gap)
         return false; /* not in this run, or the fill reaches it soon enough */
     struct fetch *g = fetch_alloc();
     for (size_t i = k; i < f->n; i++) {
