@@ -12,8 +12,8 @@
  * | FAILED          | cache_chunk_failed(): out of the table  | readers until they notice     |
  * | freed           | last cache_chunk_unref()                | -                             |
  * Memory is returned when the last ref goes; eviction only drops the table's ref, and only of
- * sealed chunks nobody else holds. Waiters are woken from a zero-delay timer, once per loop
- * iteration per chunk, never inside the call that changed the chunk.
+ * sealed chunks nobody else holds. Waiters are woken from a pending event of the highest priority
+ * (notify_soon), at most once per callback that changed the chunk, never inside that call.
  * A disk lookup is a FILLING chunk with <loading> set (in the table, so that concurrent readers
  * share it) until the I/O pool answers: then it becomes a sealed disk chunk (out of the table),
  * or the fetch for it starts, as for any miss.
@@ -171,6 +171,19 @@ static void chunk_ref(struct chunk *ck)
     ck->refs++;
 }
 
+/*
+ * Runs on_notify() in the current loop iteration, right after the callback running now and before
+ * any watcher of lower priority (the clients' I/O): the notify watcher is fed as a pending event
+ * of the highest priority, never invoked from inside the call that changed a chunk. A waiting
+ * client thus sends a head or bytes one callback after they arrive, not after every other
+ * client's turn in this iteration.
+ */
+static void notify_soon(struct cache *c)
+{
+    if (!ev_is_pending(&c->notify_timer))
+        ev_feed_event(c->loop, &c->notify_timer, EV_TIMER);
+}
+
 static void chunk_notify(struct chunk *ck)
 {
     struct cache *c = ck->cache;
@@ -180,8 +193,7 @@ static void chunk_notify(struct chunk *ck)
     chunk_ref(ck);
     ck->notify_next = c->notify;
     c->notify = ck;
-    if (!ev_is_active(&c->notify_timer))
-        ev_timer_start(c->loop, &c->notify_timer);
+    notify_soon(c);
 }
 
 static void mem_notify(struct cache *c)
@@ -189,8 +201,7 @@ static void mem_notify(struct cache *c)
     if (c->mem_waiters == NULL)
         return;
     c->mem_notify = true;
-    if (!ev_is_active(&c->notify_timer))
-        ev_timer_start(c->loop, &c->notify_timer);
+    notify_soon(c);
 }
 
 static void wake_list(struct chunk_waiter **head)
@@ -1253,6 +1264,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
         return NULL;
     }
     ev_timer_init(&c->notify_timer, on_notify, 0., 0.);
+    ev_set_priority(&c->notify_timer, EV_MAXPRI); /* never started: fed (notify_soon) */
     c->didx = diskidx_new(loop, c->dirs, c->n_dirs, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
     return c;
 }

@@ -562,6 +562,9 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     buf_alloc(&up->out, req->head_len);
     buf_append(&up->out, req->head, req->head_len);
     ev_init(&up->io, on_up_io);
+    /* Origin bytes before the clients' turns in an iteration: a head or bytes that arrive go out
+     * to their waiting clients in the same iteration (see cache.c notify_soon). */
+    ev_set_priority(&up->io, EV_MAXPRI - 1);
     ev_init(&up->timer, on_up_timer);
     up->first_byte_deadline = ev_now(loop) + (double)g_cfg->first_byte_timeout_ms / 1000.0;
     up_live++;
