@@ -26,10 +26,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define TLSHELLO_MAX_MSG (16 * 1024)   /* ClientHello handshake message, 4-byte header included */
-#define TLSHELLO_MAX_INPUT (18 * 1024) /* bytes a caller needs to buffer, record headers included  \
-                                        */
-#define TLSHELLO_HOST_MAX 253          /* host name length, trailing dot removed */
+#define TLSHELLO_MAX_MSG (16 * 1024) /* ClientHello handshake message, 4-byte header included */
+#define TLSHELLO_MAX_INPUT                                                                         \
+    (18 * 1024)               /* bytes a caller needs to buffer, record headers included           \
+                               */
+#define TLSHELLO_HOST_MAX 253 /* host name length, trailing dot removed */
 
 enum tlshello_result {
     TLSHELLO_NEED_MORE = 0, /* a valid prefix: call again with more bytes */
