@@ -45,7 +45,25 @@
     X(fetch_split, counter, "runs cut so that a reader deep inside gets its own fetch")            \
     X(dns_queries, counter, "DNS queries sent")                                                    \
     X(dns_cache_hits, counter, "name lookups answered from the DNS cache")                         \
-    X(dns_failures, counter, "name lookups that failed")
+    X(dns_failures, counter, "name lookups that failed")                                           \
+    X(tls_accepted, counter, "TLS connections accepted on passthrough_listen")                     \
+    X(tls_relayed, counter, "TLS connections connected to their origin and relayed")               \
+    X(tls_bytes_up, counter, "TLS bytes relayed from clients to origins")                          \
+    X(tls_bytes_down, counter, "TLS bytes relayed from origins to clients")                        \
+    X(tls_refused_no_sni, counter, "TLS connections refused: ClientHello without a server name")   \
+    X(tls_refused_not_tls, counter, "TLS connections refused: not a TLS handshake")                \
+    X(tls_refused_malformed, counter, "TLS connections refused: malformed or oversized hello")     \
+    X(tls_refused_ip_literal, counter, "TLS connections refused: IP-literal server name")          \
+    X(tls_refused_unlisted, counter, "TLS connections refused: name not in the lists")             \
+    X(tls_refused_private, counter, "TLS connections refused: name resolves to a private address") \
+    X(tls_refused_resolve, counter, "TLS connections refused: name lookup failed")                 \
+    X(tls_refused_timeout, counter, "TLS connections closed by handshake_timeout")                 \
+    X(tls_refused_connect, counter, "TLS connections whose origin connect failed or timed out")    \
+    X(tls_refused_eof, counter, "TLS connections closed by the client before a whole hello")       \
+    X(tls_refused_loop, counter, "TLS connections refused: the relay connected to itself")         \
+    X(tls_refused_overload, counter, "TLS connections refused: no pipe or buffer available")       \
+    X(tls_idle_timeout, counter, "relayed TLS connections closed by idle_timeout")                 \
+    X(tls_errors, counter, "relayed TLS connections ended by an I/O error on either side")
 
 struct stats {
 #define STATS_X(name, kind, help) uint64_t name;

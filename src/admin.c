@@ -47,6 +47,7 @@
 #include "log.h"
 #include "server.h"
 #include "stats.h"
+#include "tlsrelay.h"
 #include "util.h"
 
 extern const struct config *g_cfg;
@@ -270,6 +271,26 @@ static const struct stat_label errors[] = {
     {"dns", offsetof(struct stats, dns_failures)},
 };
 
+static const struct stat_label tls_bytes[] = {
+    {"up", offsetof(struct stats, tls_bytes_up)},
+    {"down", offsetof(struct stats, tls_bytes_down)},
+};
+
+static const struct stat_label tls_refused[] = {
+    {"no_sni", offsetof(struct stats, tls_refused_no_sni)},
+    {"not_tls", offsetof(struct stats, tls_refused_not_tls)},
+    {"malformed", offsetof(struct stats, tls_refused_malformed)},
+    {"ip_literal", offsetof(struct stats, tls_refused_ip_literal)},
+    {"unlisted", offsetof(struct stats, tls_refused_unlisted)},
+    {"private", offsetof(struct stats, tls_refused_private)},
+    {"resolve", offsetof(struct stats, tls_refused_resolve)},
+    {"timeout", offsetof(struct stats, tls_refused_timeout)},
+    {"connect", offsetof(struct stats, tls_refused_connect)},
+    {"eof", offsetof(struct stats, tls_refused_eof)},
+    {"loop", offsetof(struct stats, tls_refused_loop)},
+    {"overload", offsetof(struct stats, tls_refused_overload)},
+};
+
 static const size_t upstream_offs[] = {
     offsetof(struct stats, upstream_requests),
     offsetof(struct stats, upstream_bytes),
@@ -292,6 +313,12 @@ static bool stat_is_covered(size_t off)
             return true;
     for (size_t i = 0; i < ARRAY_SIZE(upstream_offs); i++)
         if (upstream_offs[i] == off)
+            return true;
+    for (size_t i = 0; i < ARRAY_SIZE(tls_bytes); i++)
+        if (tls_bytes[i].off == off)
+            return true;
+    for (size_t i = 0; i < ARRAY_SIZE(tls_refused); i++)
+        if (tls_refused[i].off == off)
             return true;
     return false;
 }
@@ -330,7 +357,7 @@ static void write_metrics(struct mw *w)
     mw_sample(w, NULL, fetch_live());
     mw_family(w, "connections", "gauge", "open connections by listener", "kind");
     mw_sample(w, "http", conn_count());
-    mw_sample(w, "tls", 0); /* the TLS relay is not part of this version */
+    mw_sample(w, "tls", tlsrelay_count());
     mw_sample(w, "admin", n_conns);
     mw_family(w, "cache_bytes", "gauge", "bytes held by the cache, by tier", "tier");
     mw_sample(w, "memory", cs.mem_bytes);
@@ -367,6 +394,15 @@ static void write_metrics(struct mw *w)
     mw_family(w, "readahead_chunks_total", "counter",
               "chunks fetched ahead of their readers (read-ahead runs)", NULL);
     mw_sample(w, NULL, cs.readahead);
+    mw_family(w, "tls_bytes_total", "counter",
+              "bytes relayed by the TLS passthrough (up: client to origin, down: origin to client)",
+              "direction");
+    for (size_t i = 0; i < ARRAY_SIZE(tls_bytes); i++)
+        mw_sample(w, tls_bytes[i].label, stat_at(tls_bytes[i].off));
+    mw_family(w, "tls_refused_total", "counter",
+              "TLS connections closed before or instead of being relayed, by reason", "reason");
+    for (size_t i = 0; i < ARRAY_SIZE(tls_refused); i++)
+        mw_sample(w, tls_refused[i].label, stat_at(tls_refused[i].off));
 
     /* Every other counter of the stats table, so that nothing is hidden. */
     size_t n;

@@ -3,10 +3,11 @@
  * main: command line, configuration snapshots (g_cfg), signals, wiring the modules in order,
  * graceful shutdown. No logic another module could own and test.
  *
- * Start order: config -> log -> loop -> override address -> resolver -> upool -> conn -> server
- * -> READY=1. Stop order is the reverse. SIGTERM/SIGINT: stop accepting, let responses in flight
- * finish (bounded by shutdown_timeout), exit 0. SIGHUP: reload (a bad file is refused, settings
- * that cannot change live are logged and kept). SIGUSR1: reopen the error log.
+ * Start order: config -> log -> loop -> override addresses -> resolver -> upool -> conn -> server
+ * -> TLS relay (its log, then its listeners) -> READY=1. Stop order is the reverse. SIGTERM/SIGINT:
+ * stop accepting, let responses in flight finish (bounded by shutdown_timeout), exit 0. SIGHUP:
+ * reload (a bad file is refused, settings that cannot change live are logged and kept). SIGUSR1:
+ * reopen the error log.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -30,6 +31,7 @@
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
+#include "tlsrelay.h"
 #include "upool.h"
 #include "upstream.h"
 #include "util.h"
@@ -51,6 +53,8 @@ static size_t n_domain_sets;
 static struct conn_ctx ctx;
 static struct fetch_ctx fctx;
 static struct admin_ctx actx;
+static struct tlsrelay_ctx tctx;
+static bool tls_on; /* passthrough_listen configured: the relay runs */
 static ev_signal sig_term, sig_int, sig_hup, sig_usr1;
 static ev_timer shutdown_timer;
 static ev_prepare flush_logs; /* writes buffered access log lines once per loop iteration */
@@ -180,9 +184,14 @@ static int resolve_override(const struct cfg_hostport *hp, struct sockaddr_stora
     return 0;
 }
 
+static unsigned live_conns(void)
+{
+    return conn_count() + tlsrelay_count();
+}
+
 static void stop_loop_if_drained(void)
 {
-    if (shutting_down && conn_count() == 0)
+    if (shutting_down && live_conns() == 0)
         ev_break(ctx.loop, EVBREAK_ALL);
 }
 
@@ -196,7 +205,7 @@ static void on_shutdown_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)w;
     (void)revents;
-    log_warn("shutdown_timeout reached with %u connections open: closing them", conn_count());
+    log_warn("shutdown_timeout reached with %u connections open: closing them", live_conns());
     ev_break(loop, EVBREAK_ALL);
 }
 
@@ -208,7 +217,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
         ev_break(loop, EVBREAK_ALL);
         return;
     }
-    log_info("signal %d: draining %u connections (at most %llu ms)", w->signum, conn_count(),
+    log_info("signal %d: draining %u connections (at most %llu ms)", w->signum, live_conns(),
              (unsigned long long)g_cfg->shutdown_timeout_ms);
     shutting_down = true;
     sd_notify_send("STOPPING=1");
@@ -216,6 +225,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     admin_stop();
     upool_drain(ctx.upool);
     conn_drain_all();
+    tlsrelay_drain();
     ev_timer_init(&shutdown_timer, on_shutdown_timeout, (double)g_cfg->shutdown_timeout_ms / 1000.0,
                   0.);
     ev_timer_start(loop, &shutdown_timer);
@@ -284,6 +294,15 @@ static void keep_fixed_settings(struct config *n, const struct config *o)
         n->has_override = o->has_override;
         n->override = o->override;
     }
+    bool tls_ovr_same =
+        n->has_tls_override == o->has_tls_override &&
+        (!n->has_tls_override || (strcmp(n->tls_override.host, o->tls_override.host) == 0 &&
+                                  n->tls_override.port == o->tls_override.port));
+    if (!tls_ovr_same) {
+        log_warn("reload: [tls] override cannot change live: kept");
+        n->has_tls_override = o->has_tls_override;
+        n->tls_override = o->tls_override;
+    }
 }
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
@@ -322,6 +341,10 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         access_open(n->access_log, n->access_format);
     else
         access_reopen();
+    int trc = tls_on ? tlsrelay_reconfigure(n) : 0;
+    if (trc < 0)
+        log_err("cannot open the TLS access log %s: %s (the previous one is kept)", n->tls_access,
+                strerror(-trc));
     log_info("configuration reloaded from %s", n->path);
 }
 
@@ -340,6 +363,8 @@ static void on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
     (void)revents;
     log_reopen();
     access_reopen();
+    if (tls_on)
+        tlsrelay_reopen_log();
     log_info("log files reopened");
 }
 
@@ -455,6 +480,31 @@ int main(int argc, char **argv)
     actx.loop = loop;
     actx.cache = ctx.cache;
     actx.domains = &ctx.domains;
+    if (cfg->n_tls_listen > 0) {
+        tctx.loop = loop;
+        tctx.resolver = ctx.resolver;
+        tctx.domains = &ctx.domains;
+        tctx.on_closed = on_conn_closed;
+        if (cfg->has_tls_override) {
+            if (resolve_override(&cfg->tls_override, &tctx.override_addr) < 0) {
+                server_stop();
+                goto out_modules;
+            }
+            tctx.has_override = true;
+        }
+        int trc = tlsrelay_init(&tctx, cfg);
+        if (trc < 0) {
+            fprintf(stderr, "cacheparty: cannot open the TLS access log %s: %s\n", cfg->tls_access,
+                    strerror(-trc));
+            server_stop();
+            goto out_modules;
+        }
+        tls_on = true;
+        if (server_start_tls(cfg->tls_listen, cfg->n_tls_listen, err, sizeof(err)) < 0) {
+            fprintf(stderr, "cacheparty: %s\n", err);
+            goto out_modules;
+        }
+    }
     if (cfg->has_admin && admin_start(&actx, &cfg->admin_listen, err, sizeof(err)) < 0) {
         fprintf(stderr, "cacheparty: %s\n", err);
         server_stop();
@@ -490,6 +540,7 @@ int main(int argc, char **argv)
     admin_stop();
 out_modules:
     conn_module_fini();
+    tlsrelay_fini();
     fetch_cancel_all();
     cache_free(&ctx.cache);
     ASSERT(upstream_live() == 0 && cache_live_chunks() == 0);

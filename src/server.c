@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "log.h"
 #include "stats.h"
+#include "tlsrelay.h"
 #include "util.h"
 
 #define SERVER_BACKLOG 1024
@@ -27,14 +28,26 @@ extern const struct config *g_cfg;
 struct listener {
     ev_io io;
     struct cfg_addr addr;
+    void (*on_conn)(int fd, const struct sockaddr_storage *peer); /* takes the fd */
 };
 
-static struct listener listeners[CONFIG_MAX_ADDRS];
+static struct listener listeners[2 * CONFIG_MAX_ADDRS]; /* listen, then passthrough_listen */
 static size_t n_listeners;
 static struct conn_ctx *server_ctx;
 static ev_timer backoff;
 static bool paused;
 static bool stopped;
+
+/* One budget for every client connection, HTTP and TLS alike: each costs descriptors. */
+static unsigned live_conns(void)
+{
+    return conn_count() + tlsrelay_count();
+}
+
+static void http_conn(int fd, const struct sockaddr_storage *peer)
+{
+    conn_new(server_ctx, fd, peer);
+}
 
 static void accept_pause(void)
 {
@@ -60,15 +73,16 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)w;
     (void)revents;
-    if (conn_count() < g_cfg->max_connections)
+    if (live_conns() < g_cfg->max_connections)
         accept_resume();
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)revents;
+    struct listener *l = container_of(w, struct listener, io);
     for (int i = 0; i < SERVER_ACCEPT_BATCH; i++) {
-        if (conn_count() >= g_cfg->max_connections) {
+        if (live_conns() >= g_cfg->max_connections) {
             log_warn("max_connections (%u) reached: not accepting", g_cfg->max_connections);
             accept_pause();
             return;
@@ -93,7 +107,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        conn_new(server_ctx, fd, &peer);
+        l->on_conn(fd, &peer);
     }
 }
 
@@ -117,32 +131,48 @@ int server_listen_socket(const struct cfg_addr *addr, int backlog, const char *w
     return fd;
 }
 
-int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, char *err,
-                 size_t errlen)
+static int add_listeners(const struct cfg_addr *addrs, size_t n, const char *what,
+                         void (*on_conn)(int, const struct sockaddr_storage *), char *err,
+                         size_t errlen)
 {
-    server_ctx = ctx;
-    ev_init(&backoff, on_backoff);
     for (size_t i = 0; i < n; i++) {
         const struct cfg_addr *a = &addrs[i];
-        int fd = server_listen_socket(a, SERVER_BACKLOG, "listen", err, errlen);
+        ASSERT(n_listeners < ARRAY_SIZE(listeners));
+        int fd = server_listen_socket(a, SERVER_BACKLOG, what, err, errlen);
         if (fd < 0) {
             server_stop();
             return -1;
         }
         struct listener *l = &listeners[n_listeners++];
         l->addr = *a;
+        l->on_conn = on_conn;
         ev_io_init(&l->io, on_accept, fd, EV_READ);
-        ev_io_start(ctx->loop, &l->io);
-        log_info("listening on %s", a->text);
+        if (!paused)
+            ev_io_start(server_ctx->loop, &l->io);
+        log_info("listening on %s%s", a->text, on_conn == http_conn ? "" : " (TLS passthrough)");
     }
+    return 0;
+}
+
+int server_start(struct conn_ctx *ctx, const struct cfg_addr *addrs, size_t n, char *err,
+                 size_t errlen)
+{
+    server_ctx = ctx;
+    ev_init(&backoff, on_backoff);
     stopped = false;
     paused = false;
-    return 0;
+    return add_listeners(addrs, n, "listen", http_conn, err, errlen);
+}
+
+int server_start_tls(const struct cfg_addr *addrs, size_t n, char *err, size_t errlen)
+{
+    ASSERT(server_ctx != NULL);
+    return add_listeners(addrs, n, "passthrough_listen", tlsrelay_accept, err, errlen);
 }
 
 void server_conn_closed(void)
 {
-    if (paused && !ev_is_active(&backoff) && conn_count() < g_cfg->max_connections)
+    if (paused && !ev_is_active(&backoff) && live_conns() < g_cfg->max_connections)
         accept_resume();
 }
 
