@@ -12,7 +12,9 @@ Groups, in order:
 Usage: BUILD=build python3 tests/run_all.py [-k PATTERN] [--list]
   -k PATTERN  run only tests whose id contains PATTERN (or matches it as a glob). Ids look like
               unit/test_config, it/b01_bodies.Bodies.test_size_64mib, bench/smoke.
-Environment: BUILD (default build), CP_SANITIZED=1 under ASan (longer timeouts, no RSS checks).
+Environment: BUILD (default build), CP_SANITIZED=1 under ASan (longer timeouts, no RSS checks),
+  CP_UNIT_EXEC="CMD ARGS" runs each unit binary as CMD ARGS BINARY (e.g. under qemu-user, with
+  longer timeouts; make cross).
 Exit status 0 only when nothing failed.
 """
 
@@ -22,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "build")
 BUILD_DIR = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 SANITIZED = os.environ.get("CP_SANITIZED", "") not in ("", "0")
-SLOW = 3 if SANITIZED else 1
+UNIT_EXEC = shlex.split(os.environ.get("CP_UNIT_EXEC", ""))
+SLOW = 3 if SANITIZED or UNIT_EXEC else 1
 UNIT_TIMEOUT = 120 * SLOW
 IT_FILE_TIMEOUT = 300 * SLOW
 BENCH_TIMEOUT = 300 * SLOW
@@ -119,7 +123,7 @@ def run_unit(pattern):
     env["CMOCKA_MESSAGE_OUTPUT"] = "STDOUT"
     for b in bins:
         tid = "unit/" + os.path.basename(b)
-        rc, text = run_group([b], UNIT_TIMEOUT, env)
+        rc, text = run_group(UNIT_EXEC + [b], UNIT_TIMEOUT, env)
         passed = sum(int(m) for m in PASSED_RE.findall(text))
         failed = sum(int(m) for m in FAILED_RE.findall(text))
         skipped = sum(int(m) for m in SKIPPED_RE.findall(text))
@@ -255,6 +259,7 @@ def main():
     ap.add_argument("-k", dest="pattern", default=None,
                     help="only tests whose id contains PATTERN (or matches the glob)")
     ap.add_argument("--list", action="store_true", help="list test ids and exit")
+    ap.add_argument("--unit", action="store_true", help="run the unit group only")
     args = ap.parse_args()
     if args.list:
         for b in unit_binaries():
@@ -267,7 +272,9 @@ def main():
                                                               os.X_OK):
             print("bench/smoke")
         return 0
-    groups = [run_unit(args.pattern), run_it(args.pattern), run_bench(args.pattern)]
+    groups = [run_unit(args.pattern)]
+    if not args.unit:
+        groups += [run_it(args.pattern), run_bench(args.pattern)]
     passed = sum(g.passed for g in groups)
     failed = sum(g.failed for g in groups)
     out()
