@@ -11,12 +11,13 @@
  *   format: key, object length, validators, body hash). A file is verified whole (header, key,
  *   length, checksum) the first time this process serves it, then sent with sendfile. A file
  *   that does not verify is deleted, counted, and treated as a miss. Disk reads and writes run on
- *   a small I/O thread pool (iopool.h), never on the loop. A dir whose filesystem fails (ENOSPC,
- *   EIO, read-only) is switched to pass-through for a while: its chunks are fetched and served
- *   without being stored.
+ *   a small I/O thread pool (iopool.h), never on the loop. A dir whose filesystem fails is
+ *   switched partly to pass-through for a while: full or read-only (ENOSPC, EDQUOT, EROFS, EIO
+ *   on a write): new chunks are served without being stored; EIO on a read: its chunks are
+ *   fetched from the origin.
  * A miss starts one fetch (fetch.c) for the chunk; every later request for it while it fills
- * shares that chunk and reads its bytes as they are committed (waiters are woken at most once
- * per loop iteration).
+ * shares that chunk and reads its bytes as they are committed (waiters are woken once per
+ * change, right after the callback that made it: in practice once per loop iteration).
  *
  * Versions: the object's current (length, validators) is remembered; a chunk of another version
  * found on disk is deleted (a miss); a fetch that brings a new version replaces the old one's

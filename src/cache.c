@@ -70,10 +70,12 @@ struct verified {
     bool used;
 };
 
-/* A cache dir switched to pass-through after a disk error (ENOSPC, EIO...). */
+/* A cache dir switched (partly) to pass-through after a disk error: a full or read-only
+ * filesystem stops the stores only (its files still read fine); read errors stop the loads. */
+enum shard_op { SHARD_STORE, SHARD_LOAD };
 struct shard_state {
-    bool down;
-    ev_tstamp retry_at;
+    bool down[2]; /* by enum shard_op */
+    ev_tstamp retry_at[2];
 };
 
 struct cache {
@@ -100,6 +102,7 @@ struct cache {
     pthread_mutex_t disk_mu;    /* renames into place and deletions of damaged files (workers) */
     bool closing;               /* cache_free() runs: no new disk work */
     struct shard_state *shards; /* owns, one per dir */
+    struct store_job *stores;   /* pending stores (each owned by the pool until done) */
     struct cache_stats st;
 };
 
@@ -471,6 +474,7 @@ struct load_job {
     uint64_t data_len;
     size_t hdr_len;
     bool verified_now;
+    bool deleted; /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
 };
 
 struct store_job {
@@ -479,6 +483,7 @@ struct store_job {
     struct chunk *ck; /* a ref: its bytes, key and meta are immutable while it is sealed */
     unsigned shard;
     bool cancelled; /* under c->disk_mu: a PURGE came first, do not put the file in place */
+    struct store_job *next, **pprev; /* c->stores: every pending store (loop side) */
     int rc;
     bool have_sb;
     struct stat sb;
@@ -495,37 +500,52 @@ static const char *shard_dir(const struct cache *c, const uint8_t obj[16])
     return c->dirs[shard_of(c, obj)];
 }
 
-/* Whether the shard is switched to pass-through after a disk error (retried after a while). */
-static bool shard_down(struct cache *c, unsigned shard)
+static void shards_recount(struct cache *c)
+{
+    c->st.shards_down = 0;
+    for (size_t i = 0; i < c->n_dirs; i++)
+        if (c->shards[i].down[SHARD_STORE] || c->shards[i].down[SHARD_LOAD])
+            c->st.shards_down++;
+}
+
+/* Whether <op> is switched off on the shard after a disk error (retried after a while). */
+static bool shard_down(struct cache *c, unsigned shard, enum shard_op op)
 {
     struct shard_state *ss = &c->shards[shard];
-    if (!ss->down)
+    if (!ss->down[op])
         return false;
-    if (ev_now(c->loop) < ss->retry_at)
+    if (ev_now(c->loop) < ss->retry_at[op])
         return true;
-    ss->down = false; /* try again; the next error switches it back */
-    c->st.shards_down--;
-    log_info("cache: retrying cache dir %s after the earlier error", c->dirs[shard]);
+    ss->down[op] = false; /* try again; the next error switches it back */
+    shards_recount(c);
+    log_info("cache: retrying %s cache dir %s after the earlier error",
+             op == SHARD_STORE ? "writes to" : "reads from", c->dirs[shard]);
     return false;
 }
 
-/* A disk error that says the shard's filesystem is unusable (full, failing, read-only). */
-static bool shard_error(int err)
+/* A disk error that says the shard's filesystem is unusable for <op> (full, failing,
+ * read-only). */
+static bool shard_error(int err, enum shard_op op)
 {
+    if (op == SHARD_LOAD)
+        return err == EIO;
     return err == ENOSPC || err == EIO || err == EROFS || err == EDQUOT;
 }
 
-static void shard_fail(struct cache *c, unsigned shard, int err)
+static void shard_fail(struct cache *c, unsigned shard, enum shard_op op, int err)
 {
     struct shard_state *ss = &c->shards[shard];
-    ss->retry_at = ev_now(c->loop) + CACHE_SHARD_RETRY_S;
-    if (ss->down)
+    ss->retry_at[op] = ev_now(c->loop) + CACHE_SHARD_RETRY_S;
+    if (ss->down[op])
         return;
-    ss->down = true;
-    c->st.shards_down++;
-    log_err("cache: cache dir %s: %s: serving its chunks from the origin without storing them "
-            "(retry in %d s)",
-            c->dirs[shard], strerror(err), CACHE_SHARD_RETRY_S);
+    ss->down[op] = true;
+    shards_recount(c);
+    if (op == SHARD_STORE)
+        log_err("cache: cache dir %s: %s: serving new chunks without storing them (retry in %d s)",
+                c->dirs[shard], strerror(err), CACHE_SHARD_RETRY_S);
+    else
+        log_err("cache: cache dir %s: %s: serving its chunks from the origin (retry in %d s)",
+                c->dirs[shard], strerror(err), CACHE_SHARD_RETRY_S);
 }
 
 static struct verified *verified_slot(struct cache *c, const uint8_t obj[16], uint64_t index)
@@ -571,8 +591,9 @@ static int load_prepare(struct cache *c, struct load_job *lj, const char *key, s
     return 0;
 }
 
-/* Streams the body through XXH3; true if it matches. */
-static bool body_verifies(int fd, off_t off, uint64_t len, uint64_t want)
+/* Streams the body through XXH3: 0 when it matches, -EBADMSG when not (or the file ends
+ * early), -errno when it cannot be read. */
+static int body_verifies(int fd, off_t off, uint64_t len, uint64_t want)
 {
     char buf[CACHE_VERIFY_BUF];
     XXH3_state_t st;
@@ -582,24 +603,28 @@ static bool body_verifies(int fd, off_t off, uint64_t len, uint64_t want)
         ssize_t r = pread(fd, buf, n, off);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
-            return false;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -EBADMSG;
         XXH3_64bits_update(&st, buf, (size_t)r);
         off += r;
         len -= (uint64_t)r;
     }
-    return XXH3_64bits_digest(&st) == want;
+    return XXH3_64bits_digest(&st) == want ? 0 : -EBADMSG;
 }
 
 /* Deletes the damaged file <lj->path> if it is still the one read (a store may have replaced
- * it meanwhile). */
-static void load_delete_bad(struct load_job *lj)
+ * it meanwhile). Returns whether it did. */
+static bool load_delete_bad(struct load_job *lj)
 {
     struct stat now;
+    bool deleted = false;
     pthread_mutex_lock(&lj->c->disk_mu);
     if (lstat(lj->path, &now) == 0 && now.st_dev == lj->sb.st_dev && now.st_ino == lj->sb.st_ino)
-        (void)unlink(lj->path);
+        deleted = unlink(lj->path) == 0;
     pthread_mutex_unlock(&lj->c->disk_mu);
+    return deleted;
 }
 
 /*
@@ -619,7 +644,7 @@ static void load_file(struct load_job *lj, bool may_verify)
         if (errno == ELOOP) { /* a symlink where a chunk file belongs */
             lj->why = "a symbolic link";
             if (lstat(lj->path, &lj->sb) == 0)
-                load_delete_bad(lj);
+                lj->deleted = load_delete_bad(lj);
             lj->res = LOAD_BAD;
         } else {
             lj->res = errno == ENOENT ? LOAD_MISSING : LOAD_ERROR;
@@ -631,8 +656,8 @@ static void load_file(struct load_job *lj, bool may_verify)
         goto bad;
     }
     n = pread(lj->fd, hdr, sizeof(hdr), 0);
-    if (n < 0 && errno == EIO) {
-        lj->err = EIO;
+    if (n < 0) {
+        lj->err = errno; /* EIO, EINTR...: not the file's fault */
         goto error;
     }
     if (n <= 0 || chunkfile_header_parse(hdr, (size_t)n, &m, &body_hash, &lj->hdr_len) != 0) {
@@ -663,9 +688,14 @@ static void load_file(struct load_job *lj, bool may_verify)
             lj->res = LOAD_UNKNOWN;
             goto out;
         }
-        if (!body_verifies(lj->fd, (off_t)lj->hdr_len, m.data_len, body_hash)) {
+        int rc = body_verifies(lj->fd, (off_t)lj->hdr_len, m.data_len, body_hash);
+        if (rc == -EBADMSG) {
             lj->why = "body checksum mismatch";
             goto bad;
+        }
+        if (rc < 0) {
+            lj->err = -rc;
+            goto error;
         }
         lj->verified_now = true;
     }
@@ -673,7 +703,7 @@ static void load_file(struct load_job *lj, bool may_verify)
     return;
 bad:
     lj->res = LOAD_BAD;
-    load_delete_bad(lj);
+    lj->deleted = load_delete_bad(lj);
     goto out;
 error:
     lj->res = LOAD_ERROR;
@@ -689,8 +719,8 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     if (v != NULL && !objver_matches(v, &lj->meta)) {
         /* An older version of an object the origin has since changed. */
         log_info("cache: %s: stale version: deleted", lj->path);
-        load_delete_bad(lj);
-        diskidx_remove(c->didx, ck->obj, ck->index);
+        if (load_delete_bad(lj))
+            diskidx_remove(c->didx, ck->obj, ck->index);
         close(lj->fd);
         lj->fd = -1;
         return false;
@@ -715,14 +745,15 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
 static void load_report(struct cache *c, const struct load_job *lj, const struct chunk *ck)
 {
     if (lj->res == LOAD_BAD) {
-        diskidx_remove(c->didx, ck->obj, ck->index);
+        if (lj->deleted)
+            diskidx_remove(c->didx, ck->obj, ck->index);
         c->st.integrity_failures++;
         log_warn("cache: %s: %s: deleted, will refetch", lj->path, lj->why);
     } else if (lj->res == LOAD_ERROR) {
         /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
         log_warn("cache: cannot read %s: %s (served as a miss)", lj->path, strerror(lj->err));
-        if (shard_error(lj->err))
-            shard_fail(c, lj->shard, lj->err);
+        if (shard_error(lj->err, SHARD_LOAD))
+            shard_fail(c, lj->shard, SHARD_LOAD, lj->err);
     }
 }
 
@@ -743,7 +774,9 @@ static void on_load_done(struct iojob *j)
     if (lj->res == LOAD_OK && load_accept(c, lj, ck)) {
         table_remove(c, ck); /* disk chunks live with their readers only */
         chunk_notify(ck);
-    } else if (c->closing) {
+    } else if (c->closing || (!ck->in_table && ck->refs == 1)) {
+        /* Shutting down, or purged/replaced while looked up with no reader left: not fetched
+         * (a chunk out of the table would not be stored). */
         cache_chunk_failed(ck, CHUNK_FAIL_502);
     } else if (ck->origin != NULL) {
         ck->started_by_fetch = true;
@@ -759,14 +792,21 @@ static void on_load_done(struct iojob *j)
     cache_chunk_unref(&ck);
 }
 
-/* Starts the lookup of <ck> (FILLING, in the table) on disk: it stays FILLING until it is known. */
-static void disk_load_start(struct cache *c, struct chunk *ck)
+/* A load job for (<obj>, <index>) of <key>, or NULL (no path for it: a miss). */
+static struct load_job *load_job_new(struct cache *c, const char *key, size_t key_len,
+                                     const uint8_t obj[16], uint64_t index)
 {
     struct load_job *lj = xmalloc(sizeof(*lj));
-    if (load_prepare(c, lj, ck->key, ck->key_len, ck->obj, ck->index) < 0) {
+    if (load_prepare(c, lj, key, key_len, obj, index) < 0) {
         free(lj);
-        return;
+        return NULL;
     }
+    return lj;
+}
+
+/* Starts job <lj> for <ck> (FILLING, in the table): it stays FILLING until its file is known. */
+static void disk_load_start(struct cache *c, struct chunk *ck, struct load_job *lj)
+{
     lj->key_own = xstrndup(ck->key, ck->key_len);
     lj->key = lj->key_own;
     lj->ck = ck;
@@ -780,7 +820,7 @@ static void disk_load_start(struct cache *c, struct chunk *ck)
 /* Whether (<obj>, <index>) may have a file: false only when the disk index knows it has none. */
 static bool disk_may_have(struct cache *c, const uint8_t obj[16], uint64_t index)
 {
-    if (shard_down(c, shard_of(c, obj)))
+    if (shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     return diskidx_lookup(c->didx, obj, index) != 0;
 }
@@ -823,7 +863,15 @@ static void on_store_done(struct iojob *j)
     struct cache *c = sj->c;
     struct chunk *ck = sj->ck;
     ck->store = NULL;
-    if (sj->rc == 0) {
+    *sj->pprev = sj->next;
+    if (sj->next != NULL)
+        sj->next->pprev = sj->pprev;
+    pthread_mutex_lock(&c->disk_mu);
+    bool cancelled = sj->cancelled; /* after the rename: PURGE deleted the file again */
+    pthread_mutex_unlock(&c->disk_mu);
+    if (sj->rc == 0 && cancelled) {
+        /* not indexed: the file is gone */
+    } else if (sj->rc == 0) {
         c->st.disk_writes++;
         /* What we just wrote needs no verification on its first read. */
         if (sj->have_sb) {
@@ -835,8 +883,8 @@ static void on_store_done(struct iojob *j)
         if (c->st.disk_write_errors < 10 || c->st.disk_write_errors % 1000 == 0)
             log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", sj->path,
                      strerror(-sj->rc), (unsigned long long)c->st.disk_write_errors);
-        if (shard_error(-sj->rc))
-            shard_fail(c, sj->shard, -sj->rc);
+        if (shard_error(-sj->rc, SHARD_STORE))
+            shard_fail(c, sj->shard, SHARD_STORE, -sj->rc);
     }
     free(sj);
     cache_chunk_unref(&ck);
@@ -846,7 +894,7 @@ static void on_store_done(struct iojob *j)
 static void disk_store(struct cache *c, struct chunk *ck)
 {
     unsigned shard = shard_of(c, ck->obj);
-    if (c->closing || shard_down(c, shard))
+    if (c->closing || shard_down(c, shard, SHARD_STORE))
         return;
     struct store_job *sj = xcalloc(1, sizeof(*sj));
     if (chunkfile_path(sj->path, sizeof(sj->path), c->dirs[shard], ck->obj, ck->index) < 0 ||
@@ -860,6 +908,11 @@ static void disk_store(struct cache *c, struct chunk *ck)
     sj->shard = shard;
     chunk_ref(ck);
     ck->store = sj;
+    sj->next = c->stores;
+    if (sj->next != NULL)
+        sj->next->pprev = &sj->next;
+    sj->pprev = &c->stores;
+    c->stores = sj;
     sj->j.work = on_store_work;
     sj->j.done = on_store_done;
     iopool_submit(c->io, &sj->j);
@@ -883,8 +936,11 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
         chunk_ref(ck);
         ck->clock_ref = true;
         if (ck->loading) {
-            if (origin != NULL && ck->origin == NULL) /* a probe started it */
+            if (origin != NULL && ck->origin == NULL) {
+                /* A probe (HEAD) started the lookup: this reader's request fetches on a miss. */
                 ck->origin = fetch_origin_dup(origin);
+                *created = true;
+            }
         } else if (ck->state == CHUNK_S_SEALED) {
             c->st.mem_hits++;
             diskidx_touch(c->didx, obj, index, util_wall_ms()); /* keep its file recent too */
@@ -892,14 +948,16 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
             c->st.coalesced++; /* joined a fetch in flight */
         return ck;
     }
-    if (!force && disk_may_have(c, obj, index)) {
+    struct load_job *lj =
+        !force && disk_may_have(c, obj, index) ? load_job_new(c, key, key_len, obj, index) : NULL;
+    if (lj != NULL) {
         /* Looked up on disk by the I/O pool; readers wait on it as on a fetch. */
         ck = chunk_new(c, key, key_len, obj, index);
         ck->state = CHUNK_S_FILLING;
         table_insert(c, ck);
         if (origin != NULL)
             ck->origin = fetch_origin_dup(origin);
-        disk_load_start(c, ck);
+        disk_load_start(c, ck, lj);
         *created = true;
         return ck;
     }
@@ -994,7 +1052,7 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         return NULL;
     /* Only a file this process wrote or verified, whose store finished: an open and a header
      * read of a hot file, done here on the loop (never a body verification). */
-    if (ck->store != NULL || shard_down(c, shard_of(c, ck->obj)))
+    if (ck->store != NULL || shard_down(c, shard_of(c, ck->obj), SHARD_LOAD))
         return NULL;
     struct load_job lj;
     if (load_prepare(c, &lj, ck->key, ck->key_len, ck->obj, ck->index) < 0 || !lj.known)
@@ -1018,7 +1076,7 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     struct chunk *ck = table_find(c, obj, index);
     if (ck != NULL)
         return ck->state != CHUNK_S_FAILED;
-    if (shard_down(c, shard_of(c, obj)))
+    if (shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     int known = diskidx_lookup(c->didx, obj, index);
     if (known >= 0)
@@ -1103,19 +1161,20 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         while (ck != NULL) {
             struct chunk *next = ck->hnext;
             if (memcmp(ck->obj, obj, 16) == 0) {
-                if (ck->state != CHUNK_S_SEALED)
-                    removed++;
-                if (ck->store != NULL) {
-                    /* Its file is being written: it must not appear after the deletion below. */
-                    pthread_mutex_lock(&c->disk_mu);
-                    ck->store->cancelled = true;
-                    pthread_mutex_unlock(&c->disk_mu);
-                }
+                if (ck->state != CHUNK_S_SEALED && !ck->loading)
+                    removed++; /* filling: no file yet (a lookup's file is counted below) */
                 table_remove(c, ck);
             }
             ck = next;
         }
     }
+    /* Pending stores of the object (in the table or not: replaced, old version) must not put
+     * their file in place after the deletion below. */
+    pthread_mutex_lock(&c->disk_mu);
+    for (struct store_job *sj = c->stores; sj != NULL; sj = sj->next)
+        if (memcmp(sj->ck->obj, obj, 16) == 0)
+            sj->cancelled = true;
+    pthread_mutex_unlock(&c->disk_mu);
     /* Disk: the object's chunk files all live in <shard>/ab/cd/, named <32 hex>.<index>. */
     char path[PATH_MAX], prefix[40];
     if (chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, 0) < 0)

@@ -198,6 +198,7 @@ void conn_cache_reset(struct conn *c)
     c->force = false;
     c->first_miss = false;
     c->ck_created = false;
+    c->ra_pending = false;
     c->blocked_write = false;
 }
 
@@ -345,13 +346,19 @@ static bool body_step(struct conn *c)
         uint64_t idx = c->pos / cs;
         if (c->ck == NULL || c->ck->index != idx) {
             get_chunk(c, idx, false);
-            if (c->ck->state == CHUNK_S_FILLING) {
-                if (c->ck->len == 0)
-                    fetch_split(c->ck); /* deep in someone's run: fetch it now */
-                read_ahead(c, idx);     /* cold here: keep the next chunks coming */
-            }
+            c->ra_pending = c->ck->state == CHUNK_S_FILLING;
         }
         struct chunk *ck = c->ck;
+        if (c->ra_pending && !ck->loading) {
+            /* A fill (not a disk lookup, which may still hit): cold here, so fetch its tail of a
+             * run now and keep the next chunks coming. */
+            c->ra_pending = false;
+            if (ck->state == CHUNK_S_FILLING) {
+                if (ck->len == 0)
+                    fetch_split(ck); /* deep in someone's run: fetch it now */
+                read_ahead(c, idx);
+            }
+        }
         if (ck->state == CHUNK_S_FAILED) {
             log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",
                      c->id, c->peer, (unsigned long long)idx);
@@ -394,6 +401,7 @@ static bool body_step(struct conn *c)
             if (ck->data != NULL && ck->state == CHUNK_S_SEALED) {
                 struct chunk *dk = cache_chunk_on_disk(c->ctx->cache, ck);
                 if (dk != NULL) {
+                    dk->started_by_fetch = ck->started_by_fetch; /* same bytes, same account */
                     drop_chunk(c);
                     c->ck = dk;
                 }

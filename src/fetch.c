@@ -52,6 +52,7 @@ struct fetch {
     char *req_post; /* owns: the fields after Range, and the blank line */
     struct sockaddr_storage addr;
     bool have_addr;
+    bool flowing;              /* body bytes of the object have arrived (the run is streaming) */
     struct resolver_query *rq; /* owns while resolving */
     struct upstream *up;       /* owns while fetching */
     uint64_t skip;             /* body bytes to drop first (200 answer to a range) */
@@ -405,6 +406,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         if (n > ck->cap - ck->len)
             n = (size_t)(ck->cap - ck->len);
         cache_chunk_commit(ck, data + taken, n);
+        f->flowing = true;
         taken += n;
         if (ck->len == ck->cap) {
             /* Complete: stored now, so that readers and later fetches need not wait. */
@@ -600,6 +602,7 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
 static void fetch_route(struct fetch *f, bool host_is_ip)
 {
     memset(&f->addr, 0, sizeof(f->addr));
+    f->have_addr = false; /* until routed (a redirect re-routes: fetch_split must not copy it) */
     if (fctx->has_override) {
         f->addr = fctx->override_addr;
         f->have_addr = true;
@@ -628,9 +631,11 @@ bool fetch_split(struct chunk *ck)
     /* Before the run's bytes flow, a chunk behind the first waits the rest of the first-byte
      * delay plus the transfer of every chunk before it: a request of its own costs one delay at
      * most. Once they flow, the fill reaches the next chunk or two within a chunk's transfer. */
-    size_t gap = f->meta_known && f->cks[f->cur]->len > 0 ? FETCH_SPLIT_GAP : 1;
+    size_t gap = f->flowing ? FETCH_SPLIT_GAP : 1;
     if (k >= f->n || k < f->cur + gap)
         return false; /* not in this run, or the fill reaches it soon enough */
+    if (ev_is_active(&f->memt))
+        return false; /* waiting for memory: a new request could only wait for it too */
     struct fetch *g = fetch_alloc();
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];

@@ -132,7 +132,7 @@ class DiskFull(Base):
         H.wait_until(lambda: self.metric("cacheparty_cache_dirs_down") == 1, 10 * H.SLOW,
                      what="cache dir switched to pass-through")
         self.assertGreaterEqual(self.metric('cacheparty_errors_total{kind="disk_write"}'), 1)
-        self.assertIn("serving its chunks from the origin", self.daemon.log())
+        self.assertIn("serving new chunks without storing them", self.daemon.log())
         # Nothing half-written is kept: every chunk file there parses and has its full length.
         for path in H.chunk_files(cache):
             info = H.chunk_file_info(path)
