@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ev.h>
@@ -287,16 +288,30 @@ bool upool_wait_cancel(struct upool *p, struct upool_wait *w)
 int upool_take_idle(struct origin *o)
 {
     CHECK_OBJ(o, ORIGIN_MAGIC);
-    struct idle_sock *s = o->idle;
-    if (s == NULL)
-        return -1;
-    int fd = s->io.fd;
-    o->idle = s->next;
-    o->n_idle--;
-    ev_io_stop(o->pool->loop, &s->io);
-    ev_timer_stop(o->pool->loop, &s->timer);
-    free(s);
-    return fd;
+    for (;;) {
+        struct idle_sock *s = o->idle;
+        if (s == NULL)
+            return -1;
+        /*
+         * Bytes or an EOF that arrived since the loop last polled: the watcher has not fired
+         * yet. Such a socket must not carry a new request, whose answer would be read from
+         * whatever the origin sent out of turn.
+         */
+        char c;
+        ssize_t n = recv(s->io.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+            log_debug("upool %s: idle connection unusable at checkout", o->name);
+            idle_close(s);
+            continue;
+        }
+        int fd = s->io.fd;
+        o->idle = s->next;
+        o->n_idle--;
+        ev_io_stop(o->pool->loop, &s->io);
+        ev_timer_stop(o->pool->loop, &s->timer);
+        free(s);
+        return fd;
+    }
 }
 
 void upool_release(struct origin *o, int fd)

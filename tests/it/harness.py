@@ -408,10 +408,12 @@ class Origin:
     """Scripted HTTP origin. Counters: connections (accepted), requests (list of Request),
     body_bytes_sent, bytes_sent. Thread-per-connection."""
 
-    def __init__(self):
+    def __init__(self, bind="127.0.0.1"):
+        """bind: the listen address; "0.0.0.0" sees connections to any local address (tests in a
+        network namespace of their own), .addr stays 127.0.0.1:<port>."""
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.bind((bind, 0))
         self.lsock.listen(1024)
         self.port = self.lsock.getsockname()[1]
         self.addr = "127.0.0.1:%d" % self.port

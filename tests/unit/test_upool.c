@@ -560,6 +560,39 @@ static void test_upool_take_idle_most_recent_first(void **state)
     close(s2[1]);
 }
 
+static void test_upool_take_idle_skips_socket_with_unread_bytes_or_eof(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage a = addr4("192.0.2.1", 80);
+    int s1[2], s2[2], s3[2];
+    pair(s1);
+    pair(s2);
+    pair(s3);
+    struct origin *o = upool_origin(f->pool, &a);
+    assert_true(upool_slot_try(o));
+    assert_true(upool_slot_try(o));
+    release(o, s1[0]);
+    release(o, s2[0]);
+    /* Before the loop runs again, s2 (the most recent) gets bytes out of turn: s1 is taken. */
+    assert_int_equal(send(s2[1], "HTTP/1.1 200 OK\r\n", 17, 0), 17);
+    assert_true(upool_slot_try(o));
+    assert_int_equal(upool_take_idle(o), s1[0]);
+    assert_int_equal(upool_take_idle(o), -1);
+    assert_false(peer_sees_open(s2[1])); /* closed (reset: it had unread bytes) */
+    release(o, -1);
+    /* An EOF not yet seen by the loop: not taken either. */
+    o = upool_origin(f->pool, &a);
+    assert_true(upool_slot_try(o));
+    release(o, s3[0]);
+    close(s3[1]);
+    assert_true(upool_slot_try(o));
+    assert_int_equal(upool_take_idle(o), -1);
+    release(o, -1);
+    close(s1[0]);
+    close(s1[1]);
+    close(s2[1]);
+}
+
 static void test_upool_release_beyond_keepalive_closes_fd(void **state)
 {
     struct fx *f = *state;
@@ -690,7 +723,7 @@ static void test_upool_drain_closes_idle_and_refuses_new(void **state)
     /* Still held: this slot's socket is closed on release instead of kept. */
     size_t mark = g_n_freed;
     release(o, s2[0]);
-    assert_true(peer_sees_eof(s2[1]));
+    assert_false(peer_sees_open(s2[1])); /* closed (reset: it had unread bytes) */
     assert_true(freed_since(mark, o));
     close(s1[1]);
     close(s2[1]);
@@ -716,7 +749,7 @@ static void test_upool_free_closes_idle_sockets(void **state)
     assert_true(freed_since(mark, oa));
     assert_true(freed_since(mark, ob));
     assert_true(peer_sees_eof(s1[1]));
-    assert_true(peer_sees_eof(s2[1]));
+    assert_false(peer_sees_open(s2[1])); /* closed (reset: it had unread bytes) */
     close(s1[1]);
     close(s2[1]);
 }
@@ -740,6 +773,7 @@ int main(void)
         FX(test_upool_wait_callback_releasing_serves_next),
         FX(test_upool_release_fd_kept_idle_and_taken),
         FX(test_upool_take_idle_most_recent_first),
+        FX(test_upool_take_idle_skips_socket_with_unread_bytes_or_eof),
         FX(test_upool_release_beyond_keepalive_closes_fd),
         FX(test_upool_release_keepalive_zero_closes_fd),
         FX(test_upool_release_idle_closed_when_peer_writes),
