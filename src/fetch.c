@@ -510,7 +510,9 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     }
     log_info("fetch: %s resolves to a private address: refused", f->host);
     g_stats.forbidden++;
-    fetch_finish(f, CHUNK_FAIL_403);
+    /* A redirect's target failing the checks is not followed: the client gets the redirect
+     * itself, uncached (CONTRACT.md §4). */
+    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
 }
 
 /* The request head around its Range field: request line and Host before, the rest after. */
