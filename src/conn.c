@@ -9,6 +9,8 @@
  * | UPSTREAM  | the origin's response head                        | send (if output left) |
  * | STREAM    | body bytes from upstream, or room to write them   | send (if output left) |
  * | FLUSH     | <out> to drain, then close                        | send                  |
+ * | LINGER    | our side shut down: the client's EOF (its bytes are | CONN_LINGER_S         |
+ * |           | read and dropped), then close                     |                       |
  * | CLOSING   | the reaper (watchers stopped, nothing happens)    | -                     |
  *
  * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
@@ -463,6 +465,9 @@ static void sink_done(void *arg, enum up_err err)
 }
 
 /* One step of the state machine; returns true if it made progress. */
+static void conn_linger(struct conn *c);
+static void linger_read(struct conn *c);
+
 static bool conn_step(struct conn *c)
 {
     switch (c->state) {
@@ -516,10 +521,8 @@ static bool conn_step(struct conn *c)
     case CONN_S_CACHE_BODY:
         return conn_cache_step(c);
     case CONN_S_FLUSH:
-        if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0) {
-            conn_close(c);
-            return false;
-        }
+        if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0)
+            conn_linger(c);
         return false;
     default:
         return false;
@@ -531,9 +534,11 @@ void conn_update_io(struct conn *c)
     unsigned ev = 0;
     if (c->state == CONN_S_CLOSING)
         return;
-    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
+    if (c->state == CONN_S_LINGER)
+        ev = EV_READ;
+    else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
         ev |= EV_WRITE;
-    if (!c->peer_eof && c->state != CONN_S_FLUSH &&
+    if (c->state != CONN_S_LINGER && !c->peer_eof && c->state != CONN_S_FLUSH &&
         (buf_room(&c->in) > 0 || c->in.pos > c->in.start))
         ev |= EV_READ;
     if (ev == c->io_events)
@@ -552,7 +557,9 @@ void conn_update_timer(struct conn *c)
     ev_tstamp now = ev_now(c->ctx->loop), dl = 0;
     if (c->state == CONN_S_CLOSING)
         return;
-    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write) {
+    if (c->state == CONN_S_LINGER) {
+        dl = c->last_write + CONN_LINGER_S;
+    } else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write) {
         dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
     } else if (c->state == CONN_S_READ_HEAD) {
         if (buf_len(&c->in) > 0 && c->head_since > 0)
@@ -584,8 +591,10 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
         conn_update_timer(c);
         return;
     }
-    if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
-        !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0)) {
+    if (c->state == CONN_S_LINGER) {
+        log_debug("conn#%u %s: lingering close done", c->id, c->peer);
+    } else if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
+               !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0)) {
         log_debug("conn#%u %s: idle timeout", c->id, c->peer);
     } else {
         log_info("conn#%u %s: %s timeout in %s", c->id, c->peer,
@@ -602,6 +611,10 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
     struct conn *c = container_of(w, struct conn, io);
     CHECK_OBJ(c, CONN_MAGIC);
 
+    if (c->state == CONN_S_LINGER) {
+        linger_read(c);
+        return;
+    }
     if (revents & EV_WRITE) {
         c->blocked_write = false;
         if (!flush_out(c))
@@ -616,6 +629,7 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
                 c->head_since = ev_now(c->ctx->loop);
         } else if (n == 0) {
             c->peer_eof = true;
+            c->peer_fin = true;
         } else if (n != -EAGAIN) {
             log_debug("conn#%u %s: recv: %s", c->id, c->peer, strerror((int)-n));
             if (c->state != CONN_S_READ_HEAD)
@@ -625,6 +639,46 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
         }
     }
     conn_drive(c);
+}
+
+/* Drops what the client sends while lingering; closes at its EOF, an error, or the limit. */
+static void linger_read(struct conn *c)
+{
+    char sink[4096];
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = recv(c->fd, sink, sizeof(sink), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0 || (c->lingered += (size_t)n) > CONN_LINGER_MAX) {
+            conn_close(c);
+            return;
+        }
+    }
+}
+
+/*
+ * The last response of a connection is out: close it, after a lingering close when the client
+ * may still be sending (its EOF not seen): shut our side down (it sees EOF after the response)
+ * and drop what it sends until its EOF, for at most CONN_LINGER_S.
+ */
+static void conn_linger(struct conn *c)
+{
+    if (c->peer_fin || c->draining || shutdown(c->fd, SHUT_WR) < 0) {
+        conn_close(c);
+        return;
+    }
+    buf_free(&c->in);
+    buf_free(&c->out);
+    conn_set_state(c, CONN_S_LINGER);
+    c->lingered = 0;
+    c->last_write = ev_now(c->ctx->loop);
+    linger_read(c);
+    if (c->state == CONN_S_CLOSING)
+        return;
+    conn_update_io(c);
+    conn_update_timer(c);
 }
 
 void conn_drive(struct conn *c)
@@ -640,7 +694,7 @@ void conn_drive(struct conn *c)
         if (!flush_out(c))
             return;
         if (c->state == CONN_S_FLUSH && buf_len(&c->out) == 0) {
-            conn_close(c);
+            conn_linger(c);
             return;
         }
         /* A cached body follows its head once the head is out: step again. */
@@ -783,8 +837,8 @@ void conn_drain_all(void)
         if (c->state == CONN_S_CLOSING)
             continue;
         c->draining = true;
-        if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
-            !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0))
+        if (c->state == CONN_S_LINGER || (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
+                                          !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0)))
             conn_close(c);
     }
 }

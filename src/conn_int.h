@@ -27,6 +27,12 @@ struct upstream;
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
 #define CONN_MAX_READAHEAD_FETCHES 256   /* no read-ahead beyond this many fetches in flight */
 #define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
+/* Lingering close (as nginx's): after a response that closes the connection, our side is shut
+ * down and what the client still sends is read and dropped for at most this long / this much, so
+ * that unread request bytes do not make the kernel answer with a reset that destroys the
+ * response before the client reads it. */
+#define CONN_LINGER_S 2.0
+#define CONN_LINGER_MAX (256 * 1024)
 
 #define CONN_STATES(X)                                                                             \
     X(CONN_S_READ_HEAD)                                                                            \
@@ -36,6 +42,7 @@ struct upstream;
     X(CONN_S_CACHE_HEAD)                                                                           \
     X(CONN_S_CACHE_BODY)                                                                           \
     X(CONN_S_FLUSH)                                                                                \
+    X(CONN_S_LINGER)                                                                               \
     X(CONN_S_CLOSING)
 
 enum conn_state {
@@ -57,6 +64,8 @@ struct conn {
     ev_tstamp idle_since; /* READ_HEAD with nothing buffered: since when */
     ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
     ev_tstamp last_write; /* last time the client took bytes */
+    size_t lingered;      /* CONN_S_LINGER: bytes read and dropped */
+    bool peer_fin;        /* the client's EOF was read (peer_eof is also set to stop reading) */
     char peer[64];
     char peer_ip[48];
     struct conn *next, **pprev; /* all live conns */
