@@ -1027,6 +1027,23 @@ static void report(double cpu0)
     }
     double *ttfb = xcalloc(total + 1, sizeof(double));
     double finish_sum = 0;
+    /* LG_TRACE=FILE: one line per request (for looking into a tail): client, request number,
+     * object, first and last byte, sent and done (s since the barrier), TTFB and latency (ms),
+     * ok, hit. */
+    const char *trace_path = getenv("LG_TRACE");
+    FILE *trace = trace_path != NULL ? fopen(trace_path, "w") : NULL;
+    for (int i = 0; trace != NULL && i < g_cfg.clients; i++) {
+        const struct client *c = &g_clients[i];
+        for (size_t k = 0; k < c->nreq; k++) {
+            const struct lg_req *r = &c->reqs[k];
+            if (r->done)
+                fprintf(trace, "%d %zu %u %" PRIu64 " %" PRIu64 " %.6f %.6f %.3f %.3f %d %d\n", i,
+                        k, r->obj, r->first, r->last, r->t_done - r->lat, r->t_done, r->ttfb * 1e3,
+                        r->lat * 1e3, r->ok, r->hit);
+        }
+    }
+    if (trace != NULL)
+        fclose(trace);
     for (int i = 0; i < g_cfg.clients; i++) {
         struct client *c = &g_clients[i];
         double finish = 0;

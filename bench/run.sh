@@ -7,7 +7,8 @@
 #
 #   bench/run.sh [-scenario big|chunks|ranges|all] [-clients N] [-targets LIST] [-quick] [-smoke]
 #   env: ORIGIN_DELAY (default 50ms), ORIGIN_RATE (bytes/s per response, default 100M),
-#        BUILD (default build), KEEP=1 keeps the work directory, VERIFY_WARM=full|sample
+#        BUILD (default build), KEEP=1 keeps the work directory, VERIFY_WARM=full|sample,
+#        TRACE_DIR=DIR writes one line per request of each phase to DIR/TARGET-SCENARIO-PHASE.txt
 #
 # Every process it starts listens on 127.0.0.1 only, runs from a private config in a temporary
 # directory, and is stopped by its pid when the run ends. Every load phase is bounded in requests
@@ -429,7 +430,8 @@ run_phase() { # $1 = target, $2 = scenario, $3 = phase
     ours0=$(($(tree_cpu_ticks "$ORIGIN_PID") + $(tree_cpu_ticks "$DNS_PID") + $(softirq_ticks)))
     tree_reset_hwm "$TPID"
     stat_snapshot >"$WORK/stat0"
-    line=$("${PIN_LOAD[@]}" "$BENCH_BIN/loadgen" -a "127.0.0.1:$TPORT" -H "$HOST_HDR" -s "$sc" \
+    line=$(LG_TRACE=${TRACE_DIR:+$TRACE_DIR/$target-$sc-$ph.txt} \
+        "${PIN_LOAD[@]}" "$BENCH_BIN/loadgen" -a "127.0.0.1:$TPORT" -H "$HOST_HDR" -s "$sc" \
         -c "$CLIENTS" -n "$target" -p "$ph" -B "$BIG" -k "$NCHUNKS" -K "$CHUNK" -A "$ARCHIVE" \
         -v "$verify" -T "$PHASE_T" 2>>"$WORK/loadgen.log") || rc=$?
     stat_snapshot >"$WORK/stat1"
