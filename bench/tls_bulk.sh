@@ -4,7 +4,7 @@
 # bench/tls_bulk.sh: throughput of one bulk HTTPS download through cacheparty's TLS passthrough,
 # side by side with the same download straight from the origin, and the daemon's CPU cost.
 #
-#   bench/tls_bulk.sh [-size MIB] [-runs N] [-pin]
+#   bench/tls_bulk.sh [-size MIB] [-runs N] [-pin] [-rate BYTES/s]
 #   env: BUILD (default build), KEEP=1 keeps the work directory
 #
 # Origin: `openssl s_server -WWW` serving a SIZE MiB file of random bytes, with a certificate made
@@ -13,6 +13,9 @@
 # then through the relay (tls.override points at the origin), alternating, and the daemon's
 # utime+stime (/proc/PID/stat) is read around each relayed download. -pin: curl on CPU 0, the
 # origin and the daemon on CPU 1 (2-core machines; the default lets the scheduler place them).
+# -rate: curl's --limit-rate, e.g. 120M for about a Pi's 1 GbE. When Debian's nginx and
+# libnginx-mod-stream are installed, each run also downloads through nginx's stream proxy with
+# ssl_preread (lancache's :443 relay) on the same CPU as the daemon, as the peer.
 # Everything listens on 127.0.0.1 and is stopped by its pid at the end; every download is bounded
 # by curl's --max-time.
 set -euo pipefail
@@ -23,10 +26,12 @@ case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 SIZE=256
 RUNS=5
 PIN=0
+RATE=
 while [ $# -gt 0 ]; do
     case "$1" in
     -size | --size) SIZE=${2:?}; shift 2 ;;
     -runs | --runs) RUNS=${2:?}; shift 2 ;;
+    -rate | --rate) RATE=${2:?}; shift 2 ;;
     -pin | --pin) PIN=1; shift ;;
     *) sed -n '4,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
@@ -61,6 +66,7 @@ head -c $((SIZE * 1048576)) /dev/urandom >file.bin
 OPORT=$(free_port)
 HPORT=$(free_port)
 TPORT=$(free_port)
+NPORT=$(free_port)
 $(cpu1) openssl s_server -accept "127.0.0.1:$OPORT" -cert cert.pem -key key.pem -WWW -quiet \
     >origin.log 2>&1 &
 PIDS+=($!)
@@ -97,32 +103,76 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 
+# The peer, when Debian's nginx and its stream module are there: nginx's stream proxy with
+# ssl_preread (what lancache runs on :443 in place of sniproxy), as a relay of the same download.
+NGINX_MOD=/usr/lib/nginx/modules/ngx_stream_module.so
+NPID=
+if command -v nginx >/dev/null && [ -f "$NGINX_MOD" ]; then
+    mkdir -p nginx
+    cat >nginx/nginx.conf <<NGINX
+load_module $NGINX_MOD;
+worker_processes 1;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 64; }
+stream {
+    server {
+        listen 127.0.0.1:$NPORT;
+        ssl_preread on;
+        proxy_pass 127.0.0.1:$OPORT;
+    }
+}
+NGINX
+    $(cpu1) nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -g 'daemon off;' 2>>nginx/error.log &
+    NPID=$!
+    PIDS+=($NPID)
+    sleep 0.3
+fi
+tree_ticks() { # the CPU of <pid> and its children (nginx's worker)
+    local t=0 p
+    for p in $1 $(pgrep -P "$1"); do t=$((t + $(ticks "$p"))); done
+    echo "$t"
+}
+
 # One download; prints bytes/s. <port> is the origin's or the relay's.
 fetch() {
-    $(cpu0) curl -sS --max-time 120 --resolve "$NAME:$1:127.0.0.1" --cacert cert.pem \
+    $(cpu0) curl -sS --max-time 120 ${RATE:+--limit-rate "$RATE"} --resolve "$NAME:$1:127.0.0.1" --cacert cert.pem \
         "https://$NAME:$1/file.bin" -o /dev/null -w '%{speed_download} %{size_download}\n'
 }
 
 HZ=$(getconf CLK_TCK)
-echo "TLS passthrough bulk download: ${SIZE} MiB, $RUNS runs, pin=$PIN ($(nproc) CPUs)"
-printf '%-5s %14s %14s %8s %16s\n' run "direct MiB/s" "relay MiB/s" ratio "daemon CPU s/GiB"
+echo "TLS passthrough bulk download: ${SIZE} MiB, $RUNS runs, pin=$PIN, client rate limit ${RATE:-none} ($(nproc) CPUs)"
+printf '%-5s %14s %14s %8s %16s %14s %8s %16s\n' run "direct MiB/s" "relay MiB/s" ratio \
+    "daemon CPU s/GiB" "nginx MiB/s" ratio "nginx CPU s/GiB"
 ratios=()
+nratios=()
 for i in $(seq "$RUNS"); do
     read -r dspeed dsize < <(fetch "$OPORT")
     t0=$(ticks "$DPID")
     read -r rspeed rsize < <(fetch "$TPORT")
     t1=$(ticks "$DPID")
-    [ "$dsize" = $((SIZE * 1048576)) ] && [ "$rsize" = $((SIZE * 1048576)) ] ||
-        { echo "short download: direct $dsize, relay $rsize bytes" >&2; exit 1; }
+    nspeed=0 nsize=$((SIZE * 1048576)) n0=0 n1=0
+    if [ -n "$NPID" ]; then
+        n0=$(tree_ticks "$NPID")
+        read -r nspeed nsize < <(fetch "$NPORT")
+        n1=$(tree_ticks "$NPID")
+    fi
+    [ "$dsize" = $((SIZE * 1048576)) ] && [ "$rsize" = $((SIZE * 1048576)) ] &&
+        [ "$nsize" = $((SIZE * 1048576)) ] ||
+        { echo "short download: direct $dsize, relay $rsize, nginx $nsize bytes" >&2; exit 1; }
     line=$(python3 -c "
-d, r, t, hz, mib = $dspeed, $rspeed, $t1 - $t0, $HZ, $SIZE
-print('%-5d %14.1f %14.1f %8.3f %16.3f' % ($i, d / 1048576, r / 1048576, r / d,
-                                          t / hz / (mib / 1024)))")
+d, r, t, hz, mib, n, nt = $dspeed, $rspeed, $t1 - $t0, $HZ, $SIZE, $nspeed, $n1 - $n0
+print('%-5d %14.1f %14.1f %8.3f %16.3f %14.1f %8.3f %16.3f' % ($i, d / 1048576, r / 1048576,
+      r / d, t / hz / (mib / 1024), n / 1048576, n / d, nt / hz / (mib / 1024)))")
     echo "$line"
     ratios+=("$(echo "$line" | awk '{print $4}')")
+    nratios+=("$(echo "$line" | awk '{print $7}')")
 done
 python3 -c "
 import statistics
 r = [float(x) for x in '${ratios[*]}'.split()]
-print('median relay/direct ratio: %.3f (min %.3f, max %.3f)' % (statistics.median(r), min(r), max(r)))"
+print('median relay/direct ratio: %.3f (min %.3f, max %.3f)' % (statistics.median(r), min(r), max(r)))
+n = [float(x) for x in '${nratios[*]}'.split()]
+if max(n) > 0:
+    print('median nginx-stream/direct ratio: %.3f (min %.3f, max %.3f)' % (statistics.median(n), min(n), max(n)))"
 echo "relay log: $(wc -l <tls-access.log) connections, last: $(tail -1 tls-access.log)"
