@@ -8,9 +8,11 @@ BUILD      ?= build
 CC         ?= cc
 PYTHON     ?= python3
 
-# Debian packages the build and the tests need; `make deps` installs the missing ones.
+# Debian packages the build and the tests need; `make deps` installs the missing ones
+# (python3-fusepy and fuse3: the FUSE filesystem of the disk read-error tests, tests/it/eiofs.py).
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
-            libc-ares-dev libxxhash-dev python3 clang-format curl valgrind
+            libc-ares-dev libxxhash-dev python3 clang-format curl valgrind \
+            python3-fusepy fuse3
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align

@@ -145,5 +145,72 @@ class DiskFull(Base):
         self.assertTrue(self.daemon.running())
 
 
+class DiskReadErrors(Base):
+    """The cache dir on a FUSE filesystem (tests/it/eiofs.py) that can make every chunk file read
+    fail with EIO, as a failing disk does: the dir's chunks then come from the origin, correct;
+    the dir is reported down; no chunk file is deleted as if it were corrupt."""
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("mounting a FUSE filesystem needs root")
+        self.backing = os.path.join(self._tmp, "backing")
+        self.mnt = os.path.join(self._tmp, "fuse")
+        self.control = os.path.join(self._tmp, "eio-on")
+        os.makedirs(self.backing)
+        os.makedirs(self.mnt)
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.fs = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "eiofs.py"),
+                                    self.backing, self.mnt, self.control],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.addCleanup(self.unmount)
+        try:
+            H.wait_until(lambda: os.path.ismount(self.mnt) or self.fs.poll() is not None,
+                         10 * H.SLOW, what="FUSE mount")
+        except AssertionError:
+            pass
+        if not os.path.ismount(self.mnt):
+            out = self.fs.stdout.read().decode(errors="replace") if self.fs.poll() is not None \
+                else "no mount after 10 s"
+            self.skipTest("cannot mount a FUSE filesystem here (python3-fusepy, /dev/fuse): %s"
+                          % out[-300:])
+
+    def unmount(self):
+        subprocess.run(["umount", "-l", self.mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if self.fs.poll() is None:
+            self.fs.kill()
+        self.fs.wait()
+
+    def test_read_errors_go_to_the_origin(self):
+        self.read_errors("")
+
+    def test_read_errors_in_the_body_are_not_corruption(self):
+        self.read_errors("body")  # the header reads fine; verifying the body fails with EIO
+
+    def read_errors(self, mode):
+        cache = os.path.join(self.mnt, "cache")
+        self.setup_proxy({"cache": {"dir": cache, "chunk_size": "64K", "memory_size": "4M"}})
+        p = "/d03/eio/size/%d" % (3 * 64 * 1024 + 500)
+        self.full(p, "MISS")
+        self.assertEqual(sorted(self.stored(p)), [0, 1, 2, 3])
+        files = sorted(H.chunk_files(cache))
+        self.daemon.stop()
+        self.daemon.start()  # memory empty: every chunk must come from the disk, or the origin
+        n = len(self.reqs(p))
+        with open(self.control, "w") as f:
+            f.write(mode)  # from now on chunk file reads fail with EIO
+        self.full(p)  # the origin's bytes, whatever the disk does
+        self.assertGreater(len(self.reqs(p)), n, "served without reading the disk or the origin")
+        m = self.daemon.metrics()
+        self.assertEqual(m.get("cacheparty_cache_dirs_down"), 1)
+        self.assertEqual(m.get("cacheparty_integrity_failures_total"), 0,
+                         "a read error was taken for a damaged file")
+        self.assertIn("serving its chunks from the origin", self.daemon.log())
+        os.unlink(self.control)
+        self.assertEqual(sorted(H.chunk_files(cache)), files, "chunk files deleted on EIO")
+        self.full(p)  # still serving (the dir is retried after 30 s; until then, the origin)
+
+
 if __name__ == "__main__":
     raise SystemExit(H.main())
