@@ -89,7 +89,7 @@ deps:
 run: deps
 	@$(MAKE) --no-print-directory all
 	@mkdir -p var/cache var/log
-	@echo "cacheparty on http://127.0.0.1:8080 — try: curl -v -H 'Host: example.org' http://127.0.0.1:8080/lancache-heartbeat"
+	@echo "cacheparty on http://127.0.0.1:8080 (TLS passthrough on 127.0.0.1:8443) — try: curl -v -H 'Host: example.org' http://127.0.0.1:8080/lancache-heartbeat"
 	exec $(BUILD)/cacheparty -c conf/local.ini
 
 test: deps
