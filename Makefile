@@ -92,9 +92,12 @@ run: deps
 	@echo "cacheparty on http://127.0.0.1:8080 (TLS passthrough on 127.0.0.1:8443) — try: curl -v -H 'Host: example.org' http://127.0.0.1:8080/lancache-heartbeat"
 	exec $(BUILD)/cacheparty -c conf/local.ini
 
+# The fuzzers run here in a bounded short form (the checked-in seeds and regression inputs, then
+# 5 s per target); .ci/run gives them 30 s each and `make fuzz` 10 minutes.
 test: deps
 	@$(MAKE) --no-print-directory test-bins
 	@$(MAKE) --no-print-directory check-headers check-format
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=5
 	BUILD=$(BUILD) $(PYTHON) tests/run_all.py
 
 asan: deps
