@@ -867,18 +867,16 @@ static void on_store_done(struct iojob *j)
     if (sj->next != NULL)
         sj->next->pprev = sj->pprev;
     pthread_mutex_lock(&c->disk_mu);
-    bool cancelled = sj->cancelled; /* after the rename: PURGE deleted the file again */
+    bool cancelled = sj->cancelled; /* set after the rename: PURGE deleted the file again */
     pthread_mutex_unlock(&c->disk_mu);
-    if (sj->rc == 0 && cancelled) {
-        /* not indexed: the file is gone */
-    } else if (sj->rc == 0) {
+    if (sj->rc == 0 && !cancelled) {
         c->st.disk_writes++;
         /* What we just wrote needs no verification on its first read. */
         if (sj->have_sb) {
             diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sj->sb), util_wall_ms());
             verified_mark(c, ck->obj, ck->index, &sj->sb);
         }
-    } else if (sj->rc != -ECANCELED) {
+    } else if (sj->rc != 0 && sj->rc != -ECANCELED) {
         c->st.disk_write_errors++;
         if (c->st.disk_write_errors < 10 || c->st.disk_write_errors % 1000 == 0)
             log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", sj->path,
