@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -368,6 +369,30 @@ static void on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
     log_info("log files reopened");
 }
 
+/*
+ * Descriptors: the soft RLIMIT_NOFILE goes up to the hard limit (systemd's LimitNOFILE, or the
+ * shell's). A client connection holds up to 2 (its socket, an upstream one), a TLS relay 6 (two
+ * sockets, two pipes), plus the cache files being read and the listeners; when the limit is
+ * lower than max_connections needs, say so at start (accepting then backs off at EMFILE).
+ */
+static void raise_fd_limit(const struct config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    uint64_t per_conn = cfg->n_tls_listen > 0 ? 6 : 2;
+    uint64_t need = (uint64_t)cfg->max_connections * per_conn + 256;
+    if (rl.rlim_cur != RLIM_INFINITY && (uint64_t)rl.rlim_cur < need)
+        log_warn("open file limit %llu is below what max_connections = %u may need (%llu); "
+                 "raise LimitNOFILE (ulimit -n) or lower max_connections",
+                 (unsigned long long)rl.rlim_cur, cfg->max_connections, (unsigned long long)need);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = CONFIG_DEFAULT_PATH;
@@ -433,6 +458,7 @@ int main(int argc, char **argv)
     if (log_open(cfg->error_log) < 0)
         fprintf(stderr, "cacheparty: cannot open error log %s, using stderr\n", cfg->error_log);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(cfg);
     int rc = 2;
     if (access_open(cfg->access_log, cfg->access_format) < 0) {
         fprintf(stderr, "cacheparty: cannot open access log %s: %s\n", cfg->access_log,

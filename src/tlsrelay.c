@@ -107,7 +107,9 @@ struct dir {
     int pipe_w;        /* owns; -1 until RELAY */
     size_t cap;        /* the pipe's capacity */
     size_t pending;    /* bytes in the pipe, not yet delivered to <to> */
-    bool eof;          /* <from> sent EOF */
+    bool eof;          /* <from> sent EOF (or failed: rerr) */
+    bool full;         /* the pipe took nothing more (it fills by slots, not only bytes) */
+    int rerr;          /* errno of a failed read of <from>: its bytes are delivered first */
     bool shut;         /* shutdown(<to>, SHUT_WR) done */
     uint64_t bytes;    /* delivered to <to> */
     uint64_t *counter; /* g_stats field for delivered bytes */
@@ -353,6 +355,7 @@ static ssize_t pump(struct dir *d)
             ssize_t n =
                 splice(d->pipe_r, NULL, d->to, NULL, d->pending, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (n > 0) {
+                d->full = false;
                 d->pending -= (size_t)n;
                 d->bytes += (uint64_t)n;
                 *d->counter += (uint64_t)n;
@@ -362,7 +365,7 @@ static ssize_t pump(struct dir *d)
                 return -errno;
             }
         }
-        if (!d->eof && d->pending < d->cap && moved < RELAY_TURN) {
+        if (!d->eof && !d->full && d->pending < d->cap && moved < RELAY_TURN) {
             ssize_t n = splice(d->from, NULL, d->pipe_w, NULL, d->cap - d->pending,
                                SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (n > 0) {
@@ -371,10 +374,18 @@ static ssize_t pump(struct dir *d)
             } else if (n == 0) {
                 d->eof = true;
                 progress = true;
-            } else if (errno != EAGAIN && errno != EINTR) {
-                return -errno;
+            } else if (errno == EAGAIN) {
+                /* Nothing to read, or a pipe full of small fragments (16 slots): stop reading
+                 * <from> until the pipe drains, or its readiness would spin the loop. */
+                d->full = d->pending > 0;
+            } else if (errno != EINTR) {
+                d->eof = true; /* what the pipe holds is still delivered, then the error */
+                d->rerr = errno;
+                progress = true;
             }
         }
+        if (d->eof && d->rerr != 0 && d->pending == 0)
+            return -d->rerr;
         if (d->eof && d->pending == 0 && !d->shut) {
             /* ENOTCONN: the peer is already gone; the other direction will tell. */
             shutdown(d->to, SHUT_WR);
@@ -395,11 +406,11 @@ static bool dir_done(const struct dir *d)
 static void relay_update_io(struct relay *r)
 {
     unsigned cev = 0, oev = 0;
-    if (!r->up.eof && r->up.pending < r->up.cap && r->up.pre_len == 0)
+    if (!r->up.eof && !r->up.full && r->up.pending < r->up.cap && r->up.pre_len == 0)
         cev |= EV_READ;
     if (r->down.pending > 0)
         cev |= EV_WRITE;
-    if (!r->down.eof && r->down.pending < r->down.cap)
+    if (!r->down.eof && !r->down.full && r->down.pending < r->down.cap)
         oev |= EV_READ;
     if (r->up.pending > 0 || r->up.pre_len > 0)
         oev |= EV_WRITE;
@@ -409,8 +420,9 @@ static void relay_update_io(struct relay *r)
 
 static void relay_run(struct relay *r)
 {
+    /* Both directions, even when one failed: the other's bytes already taken still go out. */
     ssize_t up = pump(&r->up);
-    ssize_t down = up < 0 ? 0 : pump(&r->down);
+    ssize_t down = pump(&r->down);
     if (up < 0 || down < 0) {
         log_debug("tls#%u %s: %s", r->id, r->peer, strerror((int)-(up < 0 ? up : down)));
         relay_close(r, OUT_ERROR);

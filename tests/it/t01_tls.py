@@ -20,6 +20,7 @@ import signal
 import socket
 import ssl
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -110,6 +111,13 @@ def pattern(seed, n):
 # --------------------------------------------------------------------------------------------
 # origins
 # --------------------------------------------------------------------------------------------
+
+def cpu_seconds(pid):
+    """utime + stime of <pid>, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 class RawOrigin:
     """A plain TCP origin (the relay never looks past the ClientHello): each connection is handed
     to handler(sock, conn_index) in its own thread. received[i]: every byte of connection i until
@@ -447,6 +455,72 @@ class Tls(H.CPTestCase):
         self.assertLess(sent["n"], 64 * H.MIB, "the origin was never blocked")
         if not H.SANITIZED:
             self.assertLess(d.rss_kib() - base, 4 * 1024)
+
+    def test_stalled_reader_of_small_segments_does_not_spin(self):
+        # An origin sending 100-byte segments fills the relay's pipe by its 16 slots long before
+        # its 64 KiB: the relay must stop reading the origin then (back-pressure), not poll a
+        # readable socket it cannot drain. Checked by the daemon's CPU while all is stalled.
+        sent = {"n": 0}
+
+        def handler(s, i):
+            s.recv(65536)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(0.5)
+            try:
+                while sent["n"] < 64 * H.MIB:
+                    sent["n"] += s.send(b"q" * 100)
+                    time.sleep(0.0005)
+            except (socket.timeout, OSError):
+                pass
+        origin = self.origin(RawOrigin, handler)
+        d = self.start(origin=origin)
+        s = self.connect()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(client_hello(LISTED))
+        H.wait_until(lambda: origin.conns == 1, 10, 0.02, "the relay to connect")
+        last = -1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:      # until the origin is blocked
+            if sent["n"] == last and last > 0:
+                break
+            last = sent["n"]
+            time.sleep(0.5)
+        c0 = cpu_seconds(d.proc.pid)
+        time.sleep(2)
+        used = cpu_seconds(d.proc.pid) - c0
+        self.assertLess(used, 0.5, "the daemon used %.2f s of CPU in 2 s with every side stalled"
+                        % used)
+
+    def test_origin_reset_after_data_delivers_what_was_taken(self):
+        # The origin sends, the relay takes it all, then the origin resets: what the relay had
+        # already taken reaches the client before the relay closes.
+        n = 200 * 1024
+        done = threading.Event()
+
+        def handler(s, i):
+            s.recv(65536)
+            s.sendall(b"r" * n)
+            done.wait(10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()                # a reset
+        origin = self.origin(RawOrigin, handler)
+        self.start(origin=origin)
+        s = self.connect()
+        s.sendall(client_hello(LISTED))
+        s.settimeout(10)
+        got = 0
+        try:
+            while got < n:
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += len(b)
+                if got >= n // 2:
+                    done.set()  # the reset comes while the rest may still be in the relay
+        except OSError:
+            pass
+        done.set()
+        self.assertEqual(got, n)
 
     # the ClientHello -------------------------------------------------------------------------
     def test_hello_trickled_byte_by_byte_accepted(self):
