@@ -146,8 +146,8 @@ static struct tlsrelay_ctx *rctx; /* borrows: main's */
 static struct relay *relays;
 static unsigned n_relays;
 static unsigned next_id;
-static int log_fd = -1; /* owns unless it is stdout; -1 = the error log */
-static char *log_path;  /* owns; NULL = the error log, "-" = stdout */
+static int log_fd = -1; /* owns unless it is stdout; -1 = off */
+static char *log_path;  /* owns; NULL = off, "-" = stdout */
 
 /* ---- the relay's own log --------------------------------------------------------------- */
 
