@@ -58,4 +58,9 @@ int resolver_literal(const char *host, uint16_t port, struct sockaddr_storage *o
  */
 bool resolver_addr_is_private(const struct sockaddr *sa);
 
+/* The address to connect to among a look-up's <addrs>[0..n): the first one that is not private,
+ * or with <allow_private> simply the first; NULL when every one is private. Pure. */
+const struct sockaddr_storage *resolver_pick(const struct sockaddr_storage *addrs, size_t n,
+                                             bool allow_private);
+
 #endif

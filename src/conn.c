@@ -250,10 +250,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
         log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
         conn_local_response(c, 502, false, NULL);
     } else {
-        const struct sockaddr_storage *pick = NULL;
-        for (size_t i = 0; i < n && pick == NULL; i++)
-            if (g_cfg->allow_private || !resolver_addr_is_private((const void *)&addrs[i]))
-                pick = &addrs[i];
+        const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
         if (pick == NULL) {
             log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
                      c->auth.host);

@@ -500,13 +500,12 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
         fetch_finish(f, CHUNK_FAIL_502);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (g_cfg->allow_private || !resolver_addr_is_private((const void *)&addrs[i])) {
-            f->addr = addrs[i];
-            f->have_addr = true;
-            fetch_connect(f);
-            return;
-        }
+    const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
+    if (pick != NULL) {
+        f->addr = *pick;
+        f->have_addr = true;
+        fetch_connect(f);
+        return;
     }
     log_info("fetch: %s resolves to a private address: refused", f->host);
     g_stats.forbidden++;

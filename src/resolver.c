@@ -499,6 +499,15 @@ static bool v4_is_private(uint32_t a)
     return false;
 }
 
+const struct sockaddr_storage *resolver_pick(const struct sockaddr_storage *addrs, size_t n,
+                                             bool allow_private)
+{
+    for (size_t i = 0; i < n; i++)
+        if (allow_private || !resolver_addr_is_private((const void *)&addrs[i]))
+            return &addrs[i];
+    return NULL;
+}
+
 bool resolver_addr_is_private(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET) {

@@ -538,10 +538,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
         log_info("tls#%u %s: cannot resolve %s: %s", r->id, r->peer, r->sni.host, strerror(-err));
         relay_close(r, OUT_RESOLVE);
     } else {
-        const struct sockaddr_storage *pick = NULL;
-        for (size_t i = 0; i < n && pick == NULL; i++)
-            if (g_cfg->allow_private || !resolver_addr_is_private((const void *)&addrs[i]))
-                pick = &addrs[i];
+        const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
         if (pick == NULL) {
             log_info("tls#%u %s: %s resolves to a private address: refused", r->id, r->peer,
                      r->sni.host);

@@ -179,6 +179,29 @@ static void test_resolver_addr_is_private_other_family_true(void **state)
     assert_true(resolver_addr_is_private((const struct sockaddr *)&su));
 }
 
+static void set_v4(struct sockaddr_storage *ss, const char *ip)
+{
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    memset(ss, 0, sizeof(*ss));
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(80);
+    assert_int_equal(inet_pton(AF_INET, ip, &s4->sin_addr), 1);
+}
+
+static void test_resolver_pick_first_public_or_first(void **state)
+{
+    struct sockaddr_storage a[3];
+    (void)state;
+    set_v4(&a[0], "10.0.0.1");
+    set_v4(&a[1], "93.184.216.34");
+    set_v4(&a[2], "8.8.8.8");
+    assert_ptr_equal(resolver_pick(a, 3, false), &a[1]);
+    assert_ptr_equal(resolver_pick(a, 3, true), &a[0]);
+    assert_null(resolver_pick(a, 1, false)); /* only private */
+    assert_ptr_equal(resolver_pick(a, 1, true), &a[0]);
+    assert_null(resolver_pick(a, 0, true));
+}
+
 /* ---- a tiny DNS responder ---- */
 
 #define SRV_MAX_SEEN 64
@@ -899,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_resolver_addr_is_private_v4_table),
         cmocka_unit_test(test_resolver_addr_is_private_v6_table),
         cmocka_unit_test(test_resolver_addr_is_private_other_family_true),
+        cmocka_unit_test(test_resolver_pick_first_public_or_first),
         FX(test_resolver_query_resolves_with_port),
         FX(test_resolver_query_ipv4_first),
         FX(test_resolver_query_v6_only_name),
