@@ -92,7 +92,7 @@ struct cache {
     struct chunk *ring; /* CLOCK ring of sealed chunks in the table; the hand */
     size_t ring_count;
     struct chunk *notify; /* chunks with woken waiters pending */
-    ev_timer notify_timer;
+    ev_timer notify_ev;   /* never started: fed as a pending event by notify_soon() */
     struct chunk_waiter *mem_waiters;
     bool mem_notify;
     struct objver *objs;        /* owns, CACHE_OBJ_SLOTS */
@@ -183,8 +183,8 @@ static void chunk_ref(struct chunk *ck)
  */
 static void notify_soon(struct cache *c)
 {
-    if (!ev_is_pending(&c->notify_timer))
-        ev_feed_event(c->loop, &c->notify_timer, EV_TIMER);
+    if (!ev_is_pending(&c->notify_ev))
+        ev_feed_event(c->loop, &c->notify_ev, EV_TIMER);
 }
 
 static void chunk_notify(struct chunk *ck)
@@ -229,7 +229,7 @@ static void on_notify(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop;
     (void)revents;
-    struct cache *c = container_of(t, struct cache, notify_timer);
+    struct cache *c = container_of(t, struct cache, notify_ev);
     while (c->notify != NULL || c->mem_notify) {
         if (c->mem_notify) {
             c->mem_notify = false;
@@ -1320,8 +1320,8 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
         free(c);
         return NULL;
     }
-    ev_timer_init(&c->notify_timer, on_notify, 0., 0.);
-    ev_set_priority(&c->notify_timer, EV_MAXPRI); /* never started: fed (notify_soon) */
+    ev_timer_init(&c->notify_ev, on_notify, 0., 0.);
+    ev_set_priority(&c->notify_ev, EV_MAXPRI);
     c->didx = diskidx_new(loop, c->dirs, c->n_dirs, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
     return c;
 }
@@ -1354,7 +1354,7 @@ void cache_free(struct cache **cp)
         ck->waiters = NULL;
         cache_chunk_unref(&ck);
     }
-    ev_timer_stop(c->loop, &c->notify_timer);
+    ev_clear_pending(c->loop, &c->notify_ev);
     diskidx_free(&c->didx);
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);
