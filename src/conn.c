@@ -687,15 +687,11 @@ void conn_drive(struct conn *c)
             return;
         if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0)
             break;
-        /* What a step queued (a head, a local response) is written at once. */
+        /* What a step queued (a head, a local response) is written at once; once it is all out,
+         * the state steps again (a cached body follows its head, a finished FLUSH lingers). */
         if (!flush_out(c))
             return;
-        if (c->state == CONN_S_FLUSH && buf_len(&c->out) == 0) {
-            conn_linger(c);
-            return;
-        }
-        /* A cached body follows its head once the head is out: step again. */
-        if (buf_len(&c->out) > 0 || c->state != CONN_S_CACHE_BODY)
+        if (buf_len(&c->out) > 0)
             break;
     }
     /* Release <out>'s memory while idle between requests. */
