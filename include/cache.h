@@ -88,8 +88,13 @@ struct chunk {
     enum chunk_fail fail;
     bool meta_known; /* meta and cap are set */
     struct cache_meta meta;
-    uint64_t cap;          /* this chunk's length (the last chunk is shorter) */
-    uint64_t len;          /* bytes committed so far (== cap once sealed) */
+    uint64_t cap; /* this chunk's length (the last chunk is shorter) */
+    uint64_t len; /* bytes committed from its start (== cap once sealed) */
+    /* A chunk whose first reader starts deep inside it is filled in two parts at once (see
+     * fetch_start_at): [0, tail_off) from its start and [tail_off, cap) from the reader's
+     * offset. Bytes [tail_off, tail_end) are committed too; when len reaches tail_off the parts
+     * join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. */
+    uint64_t tail_off, tail_end;
     char *data;            /* owns: memory chunk bytes, NULL for a disk chunk */
     int fd;                /* owns: disk chunk file, -1 for a memory chunk */
     off_t body_off;        /* where the body starts in fd */
@@ -107,6 +112,7 @@ struct chunk {
     struct fetch *fetch;         /* while FILLING */
     bool loading;                /* FILLING while the I/O pool looks it up on disk */
     struct fetch_origin *origin; /* owns, while loading: where to fetch it on a disk miss */
+    uint64_t origin_off;         /* while loading: where in it that reader starts */
     struct store_job *store;     /* its file is being written (the job holds a ref) */
     uint64_t mem;                /* bytes accounted to the memory budget */
 };
@@ -125,12 +131,18 @@ void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);
 /*
  * A reference to chunk <index> of object <key>: from memory, else from disk (verified), else a
  * new FILLING chunk whose fetch starts at once from <origin> (borrowed, copied), unless <origin>
- * is NULL (probe only: then NULL is returned on a miss). <force> skips both tiers (?nocache=1).
- * *<created> tells whether this call started the fetch. Unref with cache_chunk_unref().
+ * is NULL (probe only: then NULL is returned on a miss). <off> is where in the chunk the caller
+ * will start reading (a fetch started for it brings that byte first: fetch_start_at). <force>
+ * skips both tiers (?nocache=1). *<created> tells whether this call started the fetch. Unref
+ * with cache_chunk_unref().
  */
 struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                              const struct fetch_origin *origin, bool force, bool *created);
+                              uint64_t off, const struct fetch_origin *origin, bool force,
+                              bool *created);
 void cache_chunk_unref(struct chunk **ck);
+
+/* How many bytes from offset <off> of <ck> are committed and contiguous (may be sent now). */
+uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off);
 
 /* Wake <w> once when <ck> changes (re-registering moves it). Never called back from inside. */
 void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb);
@@ -159,13 +171,18 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
                      uint64_t last, const struct fetch_origin *origin);
 
 /* Used by fetch.c. */
-/* Sets the object's meta on a filling chunk (no memory yet): 0, or -EINVAL when the chunk lies
- * beyond the object's end. */
+/* Sets the object's meta on a filling chunk (no memory yet): 0, -EINVAL when the chunk lies
+ * beyond the object's end, or -ESTALE when the chunk's meta, set by the fetch of its other part,
+ * is another version. */
 int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m);
 /* Allocates the chunk's bytes within the memory budget: 0, or -ENOMEM (then cache_mem_wait). */
 int cache_chunk_reserve(struct chunk *ck);
 void cache_mem_wait(struct cache *c, struct chunk_waiter *w, chunk_wake_fn *cb);
-void cache_chunk_commit(struct chunk *ck, const char *data, size_t len);
+/* Whether <len> bytes at offset <off> may be committed now: the chunk fills, its meta is known,
+ * and <off> is the end of either part (len, without running into the tail, or tail_end). */
+bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len);
+/* Commits them (cache_chunk_fits must hold; memory reserved); joins the parts when they meet. */
+void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len);
 void cache_chunk_seal(struct chunk *ck);
 void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
 

@@ -68,14 +68,25 @@ void fetch_module_init(struct fetch_ctx *ctx);
  */
 void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
 /*
+ * Starts filling one chunk (FILLING, nothing committed) for a reader that starts at byte <off>
+ * of it. When <off> is FETCH_TWO_PART_MIN or more, the chunk is filled in two parts by two
+ * upstream requests at once: one from <off> to the chunk's end (the reader's first byte comes
+ * one origin round trip after its request, not after the bytes before it have streamed by) and
+ * one for [0, off). Every byte is still fetched once. Otherwise as fetch_start(&ck, 1, o).
+ */
+#define FETCH_TWO_PART_MIN (64 * 1024)
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);
+/*
  * A reader needs <ck>, a chunk inside a running run that will not reach it for a while (while
  * the run's bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they
  * flow, any chunk after the first): the run is cut before <ck> and a new fetch starts at <ck>
- * for the rest, so the reader waits one origin round trip, not the run ahead of it.
+ * for the rest, so the reader waits one origin round trip, not the run ahead of it. When the
+ * reader starts at byte <off> of <ck>, deep enough, <ck> is filled in two parts (as
+ * fetch_start_at), the new fetch from <off> on.
  * Returns whether it split.
  */
 #define FETCH_SPLIT_GAP 2
-bool fetch_split(struct chunk *ck);
+bool fetch_split(struct chunk *ck, uint64_t off);
 
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);

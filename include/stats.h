@@ -43,6 +43,7 @@
     X(fetch_resumed, counter, "cache fills resumed after an origin fault mid-body")                \
     X(fetch_failed, counter, "cache fills that failed for good")                                   \
     X(fetch_split, counter, "runs cut so that a reader deep inside gets its own fetch")            \
+    X(fetch_two_part, counter, "chunks filled in two parts for a reader starting deep inside")     \
     X(dns_queries, counter, "DNS queries sent")                                                    \
     X(dns_cache_hits, counter, "name lookups answered from the DNS cache")                         \
     X(dns_failures, counter, "name lookups that failed")                                           \

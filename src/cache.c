@@ -781,7 +781,7 @@ static void on_load_done(struct iojob *j)
     } else if (ck->origin != NULL) {
         ck->started_by_fetch = true;
         c->st.misses++;
-        fetch_start(&ck, 1, ck->origin);
+        fetch_start_at(ck, ck->origin_off, ck->origin);
     } else {
         cache_chunk_failed(ck, CHUNK_FAIL_PASS); /* a probe (HEAD): forwarded */
     }
@@ -919,7 +919,8 @@ static void disk_store(struct cache *c, struct chunk *ck)
 /* ---- the API ------------------------------------------------------------------------------ */
 
 struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                              const struct fetch_origin *origin, bool force, bool *created)
+                              uint64_t off, const struct fetch_origin *origin, bool force,
+                              bool *created)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
@@ -937,6 +938,7 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
             if (origin != NULL && ck->origin == NULL) {
                 /* A probe (HEAD) started the lookup: this reader's request fetches on a miss. */
                 ck->origin = fetch_origin_dup(origin);
+                ck->origin_off = off;
                 *created = true;
             }
         } else if (ck->state == CHUNK_S_SEALED) {
@@ -953,8 +955,10 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
         ck = chunk_new(c, key, key_len, obj, index);
         ck->state = CHUNK_S_FILLING;
         table_insert(c, ck);
-        if (origin != NULL)
+        if (origin != NULL) {
             ck->origin = fetch_origin_dup(origin);
+            ck->origin_off = off;
+        }
         disk_load_start(c, ck, lj);
         *created = true;
         return ck;
@@ -963,7 +967,7 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
         return NULL;
     ck = chunk_new_filling(c, key, key_len, obj, index);
     *created = true;
-    fetch_start(&ck, 1, origin);
+    fetch_start_at(ck, off, origin);
     return ck;
 }
 
@@ -1004,9 +1008,12 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
     if (m->total == 0 || ck->index >= range_chunk_count(m->total, c->chunk_size))
         return -EINVAL;
     if (range_chunk_count(m->total, c->chunk_size) > CACHE_MAX_CHUNKS)
-        return -EFBIG; /* an absurd length from the origin: not cached */
-    if (ck->meta_known)
-        return 0;
+        return -EFBIG;  /* an absurd length from the origin: not cached */
+    if (ck->meta_known) /* set by the fetch of its other part: the same version, or nothing */
+        return ck->meta.total == m->total && strcmp(ck->meta.etag, m->etag) == 0 &&
+                       strcmp(ck->meta.last_modified, m->last_modified) == 0
+                   ? 0
+                   : -ESTALE;
     const struct objver *v = objver_get(c, ck->obj);
     if (v != NULL && !objver_matches(v, m)) {
         log_info("cache: object changed at the origin (length or validators): dropping the old "
@@ -1017,6 +1024,8 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
     ck->meta = *m;
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
+    if (ck->tail_off >= ck->cap)
+        ck->tail_off = ck->tail_end = 0; /* its reader starts past the end: one part after all */
     ck->meta_known = true;
     chunk_notify(ck);
     return 0;
@@ -1111,13 +1120,38 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
     return (int)n;
 }
 
-void cache_chunk_commit(struct chunk *ck, const char *data, size_t len)
+bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len)
+{
+    if (ck->state != CHUNK_S_FILLING || !ck->meta_known || off + len > ck->cap)
+        return false;
+    if (off == ck->len)
+        return ck->tail_off == 0 || off + len <= ck->tail_off;
+    return ck->tail_off != 0 && off == ck->tail_end;
+}
+
+void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    ASSERT(ck->state == CHUNK_S_FILLING && ck->data != NULL && ck->len + len <= ck->cap);
-    memcpy(ck->data + ck->len, data, len);
-    ck->len += len;
+    ASSERT(cache_chunk_fits(ck, off, len) && ck->data != NULL);
+    memcpy(ck->data + off, data, len);
+    if (off == ck->len)
+        ck->len += len;
+    else
+        ck->tail_end += len;
+    if (ck->tail_off != 0 && ck->len == ck->tail_off) {
+        ck->len = ck->tail_end; /* the two parts meet */
+        ck->tail_off = ck->tail_end = 0;
+    }
     chunk_notify(ck);
+}
+
+uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off)
+{
+    if (off < ck->len)
+        return ck->len - off;
+    if (ck->tail_off != 0 && off >= ck->tail_off && off < ck->tail_end)
+        return ck->tail_end - off;
+    return 0;
 }
 
 void cache_chunk_seal(struct chunk *ck)

@@ -72,14 +72,15 @@ static void on_chunk_wake(struct chunk_waiter *w)
     conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
 }
 
-/* Takes a ref on chunk <index> (starting a fetch on a miss, unless <probe>). */
-static bool get_chunk(struct conn *c, uint64_t index, bool probe)
+/* Takes a ref on chunk <index>, to be read from its byte <off> (starting a fetch on a miss,
+ * unless <probe>). */
+static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
 {
     struct fetch_origin o;
     bool created = false;
     origin_of(c, &o);
     drop_chunk(c);
-    c->ck = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, probe ? NULL : &o,
+    c->ck = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, off, probe ? NULL : &o,
                             c->force, &created);
     c->ck_created = created;
     return c->ck != NULL;
@@ -147,8 +148,8 @@ static bool query_has_nocache(const struct conn *c)
     return false;
 }
 
-/* The chunk holding the first byte a Range asks for, if it can be told without the length. */
-static uint64_t first_index(const struct conn *c)
+/* The first byte a Range asks for, if it can be told without the length (else 0). */
+static uint64_t first_byte(const struct conn *c)
 {
     const struct h1_field *rf = field(c, "Range");
     if (rf == NULL || c->head_req)
@@ -160,7 +161,7 @@ static uint64_t first_index(const struct conn *c)
     const char *eq = memchr(v, '=', rf->value.len);
     if (eq == NULL || eq[1] == '-')
         return 0; /* a suffix range: needs the length first */
-    return r.start / g_cfg->chunk_size;
+    return r.start;
 }
 
 void conn_cache_begin(struct conn *c)
@@ -176,15 +177,16 @@ void conn_cache_begin(struct conn *c)
 
     if (c->head_req) {
         /* HEAD never fills the cache: answer from a stored chunk, else forward it. */
-        if (c->force || !get_chunk(c, 0, true)) {
+        if (c->force || !get_chunk(c, 0, 0, true)) {
             conn_forward_begin(c);
             return;
         }
     } else {
-        get_chunk(c, first_index(c), false);
+        uint64_t first = first_byte(c), cs = g_cfg->chunk_size;
+        get_chunk(c, first / cs, first % cs, false);
         c->first_miss = c->ck_created;
-        if (c->ck->state == CHUNK_S_FILLING && c->ck->len == 0)
-            fetch_split(c->ck); /* deep in someone's run: fetch it now */
+        if (c->ck->state == CHUNK_S_FILLING && c->ck->len == 0 && c->ck->tail_off == 0)
+            fetch_split(c->ck, first % cs); /* deep in someone's run: fetch it now */
     }
     conn_set_state(c, CONN_S_CACHE_HEAD);
 }
@@ -345,7 +347,7 @@ static bool body_step(struct conn *c)
     while (c->pos <= c->end) {
         uint64_t idx = c->pos / cs;
         if (c->ck == NULL || c->ck->index != idx) {
-            get_chunk(c, idx, false);
+            get_chunk(c, idx, c->pos - idx * cs, false);
             c->ra_pending = c->ck->state == CHUNK_S_FILLING;
         }
         struct chunk *ck = c->ck;
@@ -354,8 +356,8 @@ static bool body_step(struct conn *c)
              * run now and keep the next chunks coming. */
             c->ra_pending = false;
             if (ck->state == CHUNK_S_FILLING) {
-                if (ck->len == 0)
-                    fetch_split(ck); /* deep in someone's run: fetch it now */
+                if (ck->len == 0 && ck->tail_off == 0)
+                    fetch_split(ck, c->pos - idx * cs); /* deep in someone's run: fetch it now */
                 read_ahead(c, idx);
             }
         }
@@ -378,7 +380,7 @@ static bool body_step(struct conn *c)
         uint64_t cstart = idx * cs;
         uint64_t off = c->pos - cstart;
         uint64_t stop = c->end + 1 < cstart + ck->cap ? c->end + 1 : cstart + ck->cap;
-        uint64_t avail = ck->len > off ? ck->len - off : 0;
+        uint64_t avail = cache_chunk_avail(ck, off);
         uint64_t want = stop - c->pos;
         size_t n = (size_t)(avail < want ? avail : want);
         if (n == 0) {

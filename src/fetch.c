@@ -13,6 +13,14 @@
  * fill. A connection lost, cut short or stalled mid-body is resumed from the byte reached, up to
  * FETCH_ATTEMPTS times, only if the origin answers with the same length and validators; readers
  * see only a pause. fetch_finish() is the one exit.
+ *
+ * A fetch fills object bytes [pos, last]: usually whole chunks, but a chunk whose first reader
+ * starts deep inside it (fetch_start_at, fetch_split) is shared by two fetches, the run's from the
+ * reader's offset on (ck->fetch) and one of its own for the bytes before it (holding only a ref).
+ * Each commits at the end of its part (cache_chunk_commit), the parts join when they meet, and
+ * whichever completes the chunk seals it. A part that fails fails the chunk; the other part's
+ * fetch then reads its bytes away. The two answers must be the same version (cache_chunk_set_meta
+ * refuses another), so a chunk never holds bytes of two versions.
  */
 #include "fetch.h"
 
@@ -69,6 +77,9 @@ struct fetch {
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
+    bool host_is_ip;          /* <host> is an IP literal (as routed) */
+    uint64_t pos;             /* the next object byte this fetch commits */
+    uint64_t last;            /* the last object byte it fills (its run may end mid-chunk) */
 };
 
 static struct fetch_ctx *fctx;
@@ -90,16 +101,27 @@ static uint64_t chunk_start(const struct chunk *ck)
     return ck->index * g_cfg->chunk_size;
 }
 
-/* The next object byte this fetch needs. */
-static uint64_t fetch_pos(const struct fetch *f)
+/* Where this fetch's part of the current chunk ends (exclusive, object offset); the object's
+ * length is known (from this fetch's own answer) whenever body bytes arrive. */
+static uint64_t part_end(const struct fetch *f)
 {
-    const struct chunk *ck = f->cks[f->cur];
-    return chunk_start(ck) + ck->len;
+    uint64_t end = chunk_start(f->cks[f->cur]) + g_cfg->chunk_size;
+    if (end > f->meta.total)
+        end = f->meta.total;
+    return end < f->last + 1 ? end : f->last + 1;
 }
 
-static uint64_t fetch_last_byte(const struct fetch *f)
+/* This fetch's part of its current chunk is done: seal the chunk if it is complete (the other
+ * part's fetch may still be filling it), let go of it, go on to the next. */
+static void next_chunk(struct fetch *f)
 {
-    return chunk_start(f->cks[f->n - 1]) + g_cfg->chunk_size - 1;
+    struct chunk *ck = f->cks[f->cur];
+    if (ck->state == CHUNK_S_FILLING && ck->len == ck->cap)
+        cache_chunk_seal(ck); /* stored now, so that readers and later fetches need not wait */
+    if (ck->fetch == f)
+        ck->fetch = NULL;
+    cache_chunk_unref(&f->cks[f->cur]);
+    f->cur++;
 }
 
 static void fetch_free(struct fetch *f)
@@ -133,10 +155,11 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         if (ck->state == CHUNK_S_FILLING) {
             if (why == CHUNK_FAIL_NONE && ck->meta_known && ck->len == ck->cap)
                 cache_chunk_seal(ck);
-            else
+            else /* this fetch's part is missing (the other part's fetch sees it fail) */
                 cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_502 : why);
         }
-        ck->fetch = NULL;
+        if (ck->fetch == f)
+            ck->fetch = NULL;
         cache_chunk_unref(&f->cks[i]);
     }
     fetch_free(f);
@@ -155,6 +178,8 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
 
 static void fetch_connect(struct fetch *f);
 static void fetch_route(struct fetch *f, bool host_is_ip);
+static bool two_part(uint64_t off);
+static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route);
 static void build_head(struct fetch *f, const struct fetch_origin *o);
 static void on_mem(struct chunk_waiter *w);
 
@@ -268,14 +293,17 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
     f->meta_known = true;
     size_t keep = f->n;
     for (size_t i = 0; i < f->n; i++) {
+        if (f->cks[i]->state != CHUNK_S_FILLING)
+            continue; /* failed by its other part's fetch: sink_body reads our part away */
         int rc = cache_chunk_set_meta(f->cks[i], m);
         if (rc < 0) {
-            if (i == 0)
+            if (i == 0 || rc == -ESTALE)
                 return rc;
             if (keep == f->n)
                 keep = i;
             cache_chunk_failed(f->cks[i], CHUNK_FAIL_502);
-            f->cks[i]->fetch = NULL;
+            if (f->cks[i]->fetch == f)
+                f->cks[i]->fetch = NULL;
             cache_chunk_unref(&f->cks[i]);
         }
     }
@@ -298,7 +326,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
     header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
-    uint64_t pos = fetch_pos(f);
+    uint64_t pos = f->pos;
     f->skip = 0;
     f->whole_object = false;
 
@@ -399,22 +427,31 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         f->skip -= taken;
     }
     while (taken < len && f->cur < f->n) {
-        if (!reserve_current(f))
-            return taken; /* paused until memory frees */
         struct chunk *ck = f->cks[f->cur];
+        uint64_t cstart = chunk_start(ck);
+        uint64_t end = part_end(f);
         size_t n = len - taken;
-        if (n > ck->cap - ck->len)
-            n = (size_t)(ck->cap - ck->len);
-        cache_chunk_commit(ck, data + taken, n);
-        f->flowing = true;
+        if (n > end - f->pos)
+            n = (size_t)(end - f->pos);
+        if (ck->state == CHUNK_S_FILLING) {
+            if (!cache_chunk_fits(ck, f->pos - cstart, n)) {
+                /* Only when its other part's fetch moved it under us (an object that ends
+                 * before this part): never write where we were not asked to. */
+                log_info("fetch %s: chunk %llu no longer takes bytes at %llu", f->host,
+                         (unsigned long long)ck->index, (unsigned long long)f->pos);
+                upstream_cancel(&f->up);
+                fetch_finish(f, CHUNK_FAIL_502);
+                return len;
+            }
+            if (!reserve_current(f))
+                return taken; /* paused until memory frees */
+            cache_chunk_commit(ck, f->pos - cstart, data + taken, n);
+            f->flowing = true;
+        } /* else failed by its other part's fetch: our part of it is read away */
+        f->pos += n;
         taken += n;
-        if (ck->len == ck->cap) {
-            /* Complete: stored now, so that readers and later fetches need not wait. */
-            cache_chunk_seal(ck);
-            ck->fetch = NULL;
-            cache_chunk_unref(&f->cks[f->cur]);
-            f->cur++;
-        }
+        if (f->pos == end)
+            next_chunk(f);
     }
     if (f->cur == f->n) {
         if (f->whole_object || taken < len) {
@@ -452,8 +489,8 @@ static void sink_done(void *arg, enum up_err err)
         f->resumed = true;
         g_stats.fetch_resumed++;
         log_info("fetch %s: %s at byte %llu: resuming (attempt %u)", f->host,
-                 err == UP_OK ? "short body" : upstream_strerror(err),
-                 (unsigned long long)fetch_pos(f), f->attempts);
+                 err == UP_OK ? "short body" : upstream_strerror(err), (unsigned long long)f->pos,
+                 f->attempts);
         fetch_connect(f);
         return;
     }
@@ -474,10 +511,9 @@ static void fetch_connect(struct fetch *f)
 {
     size_t cap = strlen(f->req_pre) + strlen(f->req_post) + 64;
     char *head = xmalloc(cap);
-    f->req_end = fetch_last_byte(f);
+    f->req_end = f->last;
     int n = snprintf(head, cap, "%sRange: bytes=%llu-%llu\r\n%s", f->req_pre,
-                     (unsigned long long)fetch_pos(f), (unsigned long long)fetch_last_byte(f),
-                     f->req_post);
+                     (unsigned long long)f->pos, (unsigned long long)f->last, f->req_post);
     ASSERT(n > 0 && (size_t)n < cap);
     struct upstream_req ur;
     memset(&ur, 0, sizeof(ur));
@@ -578,16 +614,19 @@ struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o)
     return d;
 }
 
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+/* A fetch of <cks>[0..n) from object byte <pos> to <last>, not started. */
+static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint64_t last,
+                               const struct fetch_origin *o)
 {
     ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = fetch_alloc();
     for (size_t i = 0; i < n; i++) {
         f->cks[i] = cks[i];
         cks[i]->refs++;
-        cks[i]->fetch = f;
     }
     f->n = n;
+    f->pos = pos;
+    f->last = last;
     f->host = xstrdup(o->host);
     f->port = o->port;
     build_head(f, o);
@@ -596,12 +635,77 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
         f->ua = xstrndup(o->user_agent, o->ua_len);
     if (o->processed_by != NULL)
         f->processed_by = xstrndup(o->processed_by, o->processed_by_len);
+    return f;
+}
+
+void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+{
+    uint64_t cs = g_cfg->chunk_size;
+    struct fetch *f = fetch_new(cks, n, cks[0]->index * cs, cks[n - 1]->index * cs + cs - 1, o);
+    for (size_t i = 0; i < n; i++)
+        cks[i]->fetch = f;
     fetch_route(f, o->host_is_ip);
+}
+
+/* Whether a reader starting at <off> inside a chunk gets a two-part fill (see fetch.h). */
+static bool two_part(uint64_t off)
+{
+    return off >= FETCH_TWO_PART_MIN && off < g_cfg->chunk_size;
+}
+
+/* The fetch of [0, off) of <ck>, whose part [off, ...) <g> fills. <route>: g is not routed yet,
+ * do it here (first: it is the one a reader waits for). Nothing when g failed at once. */
+static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route)
+{
+    if (ck->state != CHUNK_S_FILLING)
+        return; /* g (already routed) failed at once */
+    uint64_t start = chunk_start(ck);
+    ck->tail_off = ck->tail_end = off;
+    struct fetch *h = fetch_alloc();
+    h->cks[0] = ck;
+    ck->refs++;
+    h->n = 1;
+    h->pos = start;
+    h->last = start + off - 1;
+    h->host = xstrdup(g->host);
+    h->authority = xstrdup(g->authority);
+    h->port = g->port;
+    h->req_pre = xstrdup(g->req_pre);
+    h->req_post = xstrdup(g->req_post);
+    h->ua = g->ua ? xstrdup(g->ua) : NULL;
+    h->processed_by = g->processed_by ? xstrdup(g->processed_by) : NULL;
+    g_stats.fetch_two_part++;
+    if (route)
+        fetch_route(g, g->host_is_ip);
+    if (ck->state != CHUNK_S_FILLING) {
+        fetch_finish(h, CHUNK_FAIL_502); /* g failed already: nothing to fill */
+        return;
+    }
+    if (g->have_addr) {
+        h->addr = g->addr;
+        h->have_addr = true;
+        fetch_connect(h);
+    } else {
+        fetch_route(h, g->host_is_ip);
+    }
+}
+
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o)
+{
+    if (!two_part(off)) {
+        fetch_start(&ck, 1, o);
+        return;
+    }
+    uint64_t start = chunk_start(ck);
+    struct fetch *g = fetch_new(&ck, 1, start + off, start + g_cfg->chunk_size - 1, o);
+    ck->fetch = g;
+    start_head_part(ck, off, g, true);
 }
 
 /* To the override address, the IP literal, or through the resolver for f->host. */
 static void fetch_route(struct fetch *f, bool host_is_ip)
 {
+    f->host_is_ip = host_is_ip;
     memset(&f->addr, 0, sizeof(f->addr));
     f->have_addr = false; /* until routed (a redirect re-routes: fetch_split must not copy it) */
     if (fctx->has_override) {
@@ -620,7 +724,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
     }
 }
 
-bool fetch_split(struct chunk *ck)
+bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = ck->fetch;
     if (f == NULL || f->discard || f->location != NULL || f->whole_object)
@@ -645,6 +749,9 @@ bool fetch_split(struct chunk *ck)
     }
     g->n = f->n - k;
     f->n = k; /* the old request's answer is cut there: see sink_body */
+    g->pos = chunk_start(ck) + (two_part(off) ? off : 0);
+    g->last = f->last;
+    f->last = chunk_start(ck) - 1;
     g->host = xstrdup(f->host);
     g->authority = xstrdup(f->authority);
     g->port = f->port;
@@ -656,10 +763,13 @@ bool fetch_split(struct chunk *ck)
     if (f->have_addr) {
         g->addr = f->addr;
         g->have_addr = true;
+        g->host_is_ip = f->host_is_ip;
         fetch_connect(g);
     } else {
-        fetch_route(g, false);
+        fetch_route(g, f->host_is_ip);
     }
+    if (two_part(off))
+        start_head_part(ck, off, g, false);
     return true;
 }
 

@@ -40,7 +40,7 @@ class Paced:
         req = ex.req
         total = self.total
         rng = H.parse_range(req.header("Range"), total)
-        etag = '"%08x-%x"' % (H.seed_of(req.path), total)
+        etag = self.etag_of(req.path, rng[0] if isinstance(rng, tuple) else 0)
         hdrs = [("ETag", etag), ("Accept-Ranges", "bytes"),
                 ("Content-Type", "application/octet-stream")]
         if rng == "unsat":
@@ -55,9 +55,8 @@ class Paced:
         if req.method == "HEAD":
             return
         with self.lock:
-            idx = start // self.cs
-            first = idx in self.hold and idx not in self.held
-            self.held.add(idx)
+            first = self.holds(start)
+            self.held.add(start // self.cs)
             broken = self.broken
         if first:
             cut = min(end, start + self.hold_bytes)
@@ -76,6 +75,15 @@ class Paced:
             ex.close(reset=True)        # a head and nothing else: no progress to resume from
             return
         self.send_pieces(ex, start, end)
+
+    def etag_of(self, path, start):
+        """The ETag of the answer to a request starting at byte <start>."""
+        return '"%08x-%x"' % (H.seed_of(path), self.total)
+
+    def holds(self, start):
+        """Whether the request starting at byte <start> is the one held (called under .lock)."""
+        idx = start // self.cs
+        return idx in self.hold and idx not in self.held
 
     def send_pieces(self, ex, start, end):
         off = start

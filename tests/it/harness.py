@@ -497,8 +497,8 @@ class Origin:
                 self.peak_open = max(self.peak_open, len(self.open_conns))
                 self.cond.notify_all()
             t = threading.Thread(target=c.serve, name="origin-conn-%d" % c.id, daemon=True)
-            self.threads.append(t)
             t.start()
+            self.threads.append(t)          # started first: stop() may join it at any time
 
     def _dispatch(self, ex):
         fn = self.handler
@@ -518,7 +518,7 @@ class Origin:
             conns = list(self.open_conns.values())
         for c in conns:
             c.close()
-        for t in self.threads:
+        for t in list(self.threads):
             t.join(5)
 
 
@@ -1983,6 +1983,17 @@ def fetched_spans(reqs, total):
         a, b = rg
         out.append((a, total - 1 if b is None else min(b, total - 1)))
     return out
+
+
+def bytes_fetched_twice(reqs, total):
+    """How many object bytes the ranged requests <reqs> asked for more than once."""
+    spans = sorted(s for s in fetched_spans(reqs, total) if s[0] <= s[1])
+    twice, reach = 0, -1
+    for a, b in spans:
+        if a <= reach:
+            twice += min(b, reach) - a + 1
+        reach = max(reach, b)
+    return twice
 
 
 def fetched_chunks(reqs, total, cs):
