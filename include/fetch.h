@@ -77,6 +77,13 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
 #define FETCH_TWO_PART_MIN (64 * 1024)
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);
 /*
+ * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
+ * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads
+ * its whole answer, filling every chunk it passes that nobody else has, and neither read-ahead,
+ * nor a split, nor a two-part fill asks it for more (each would bring the object from byte 0).
+ */
+bool fetch_origin_ignores_ranges(const char *authority);
+/*
  * A reader needs <ck>, a chunk inside a running run that will not reach it for a while (while
  * the run's bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they
  * flow, any chunk after the first): the run is cut before <ck> and a new fetch starts at <ck>

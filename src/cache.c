@@ -1129,6 +1129,22 @@ bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len)
     return ck->tail_off != 0 && off == ck->tail_end;
 }
 
+struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    struct chunk *old = table_find(c, obj, index);
+    if (old != NULL && old->state != CHUNK_S_FAILED)
+        return NULL;
+    if (old != NULL)
+        table_remove(c, old);
+    else if (cache_chunk_exists(c, key, key_len, index))
+        return NULL;
+    c->st.readahead++;
+    return chunk_new_filling(c, key, key_len, obj, index);
+}
+
 void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);

@@ -98,8 +98,8 @@ static void read_ahead(struct conn *c, uint64_t idx)
     uint64_t cs = g_cfg->chunk_size;
     uint64_t last = c->end / cs;
     unsigned segs = g_cfg->readahead;
-    if (c->force || last <= idx || segs <= 1)
-        return;
+    if (c->force || last <= idx || segs <= 1 || fetch_origin_ignores_ranges(c->auth.ident))
+        return; /* (an origin without ranges: the fetch running brings the whole object) */
     /* Fetches outlive their clients: cap the optional ones so that clients that ask and hang up
      * cannot pile them up. */
     if (fetch_live() >= CONN_MAX_READAHEAD_FETCHES)

@@ -80,11 +80,63 @@ struct fetch {
     bool host_is_ip;          /* <host> is an IP literal (as routed) */
     uint64_t pos;             /* the next object byte this fetch commits */
     uint64_t last;            /* the last object byte it fills (its run may end mid-chunk) */
+    uint64_t next_index;      /* the chunk after the run (a whole-object answer goes on there) */
+    struct cache *cache;      /* borrows; with <key>, once the answer is the whole object */
+    char *key;                /* owns: the object's cache key */
+    size_t key_len;
 };
 
 static struct fetch_ctx *fctx;
 static struct fetch *fetches;
 static unsigned n_fetches;
+
+/*
+ * Origins seen answering a range request with the whole object (200): remembered for
+ * NORANGE_TTL s by authority, at most NORANGE_MAX (the oldest is forgotten first), forgotten at
+ * once when one answers 206. For them, a fetch takes the whole answer, filling every chunk it
+ * passes, instead of several range requests that would each bring the object from its start.
+ */
+#define NORANGE_MAX 64
+#define NORANGE_TTL 3600.0
+static struct {
+    char authority[CONFIG_HOST_MAX + 8];
+    ev_tstamp until;
+} norange[NORANGE_MAX];
+
+static int norange_find(const char *authority)
+{
+    for (int i = 0; i < NORANGE_MAX; i++)
+        if (norange[i].until > 0 && strcmp(norange[i].authority, authority) == 0)
+            return i;
+    return -1;
+}
+
+static void norange_note(const char *authority, bool none)
+{
+    int i = norange_find(authority);
+    if (!none) {
+        if (i >= 0)
+            norange[i].until = 0;
+        return;
+    }
+    if (i < 0) {
+        i = 0;
+        for (int j = 1; j < NORANGE_MAX; j++)
+            if (norange[j].until < norange[i].until)
+                i = j;
+        if (strlen(authority) >= sizeof(norange[i].authority))
+            return;
+        strcpy(norange[i].authority, authority);
+        log_info("fetch %s: the origin ignores Range: whole answers from now on", authority);
+    }
+    norange[i].until = ev_now(fctx->loop) + NORANGE_TTL;
+}
+
+bool fetch_origin_ignores_ranges(const char *authority)
+{
+    int i = norange_find(authority);
+    return i >= 0 && norange[i].until > ev_now(fctx->loop);
+}
 
 void fetch_module_init(struct fetch_ctx *ctx)
 {
@@ -141,6 +193,7 @@ static void fetch_free(struct fetch *f)
     free(f->location);
     free(f->ua);
     free(f->processed_by);
+    free(f->key);
     f->magic = 0;
     free(f);
 }
@@ -179,6 +232,7 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
 static void fetch_connect(struct fetch *f);
 static void fetch_route(struct fetch *f, bool host_is_ip);
 static bool two_part(uint64_t off);
+static void extend_run(struct fetch *f);
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route);
 static void build_head(struct fetch *f, const struct fetch_origin *o);
 static void on_mem(struct chunk_waiter *w);
@@ -348,12 +402,21 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             goto fail;
         }
         m.total = total;
+        norange_note(f->authority, false);
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
                resp->content_length > pos) {
-        /* No range support: the whole object comes; keep our part of it. */
+        /* No range support: the whole object comes; our part of it, and every chunk after it
+         * that nobody has (extend_run). */
         f->whole_object = true;
         f->skip = pos;
         m.total = resp->content_length;
+        norange_note(f->authority, true);
+        if (f->key == NULL) {
+            const struct chunk *ck = f->cks[f->cur];
+            f->cache = ck->cache;
+            f->key = xstrndup(ck->key, ck->key_len);
+            f->key_len = ck->key_len;
+        }
     } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
                                resp->status == 307 || resp->status == 308)) {
         char loc[CHUNKFILE_KEY_MAX];
@@ -390,6 +453,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         return;
     }
     int rc = apply_meta(f, &m);
+    if (rc == 0 && f->whole_object)
+        extend_run(f);
     if (rc == -EFBIG) {
         log_info("fetch %s: object of %llu bytes: too large to cache, forwarded", f->host,
                  (unsigned long long)m.total);
@@ -415,6 +480,43 @@ fail:
     fetch_finish(f, CHUNK_FAIL_502);
 }
 
+/*
+ * A whole-object answer: the chunks after the run that nobody has (in memory, in flight or on
+ * disk) join it, up to CACHE_SPAN_MAX at a time, so that readers find them filling instead of
+ * starting fetches of their own. It stops at the object's end or at the first chunk that is
+ * someone else's. Not for a run that ends inside a chunk (the part before a reader's offset).
+ */
+static void extend_run(struct fetch *f)
+{
+    uint64_t cs = g_cfg->chunk_size;
+    if (f->key == NULL || !f->meta_known || (f->last + 1) % cs != 0)
+        return;
+    if (f->cur > 0) { /* the chunks done are NULL: keep the rest at the front */
+        size_t left = f->n - f->cur;
+        memmove(f->cks, f->cks + f->cur, left * sizeof(f->cks[0]));
+        memset(f->cks + left, 0, f->cur * sizeof(f->cks[0]));
+        f->n = left;
+        f->cur = 0;
+    }
+    while (f->n < CACHE_SPAN_MAX) {
+        uint64_t start = f->next_index * cs;
+        if (start >= f->meta.total)
+            break;
+        struct chunk *ck = cache_chunk_claim(f->cache, f->key, f->key_len, f->next_index);
+        if (ck == NULL)
+            break;
+        if (cache_chunk_set_meta(ck, &f->meta) < 0) {
+            cache_chunk_failed(ck, CHUNK_FAIL_502);
+            cache_chunk_unref(&ck);
+            break;
+        }
+        ck->fetch = f;
+        f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
+        f->next_index++;
+        f->last = start + cs - 1;
+    }
+}
+
 static size_t sink_body(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
@@ -422,11 +524,19 @@ static size_t sink_body(void *arg, const char *data, size_t len)
     if (f->discard)
         return len;
     size_t taken = 0;
-    if (f->skip > 0) {
-        taken = len < f->skip ? len : (size_t)f->skip;
-        f->skip -= taken;
-    }
-    while (taken < len && f->cur < f->n) {
+    while (taken < len) {
+        if (f->skip > 0) {
+            size_t k = len - taken < f->skip ? len - taken : (size_t)f->skip;
+            f->skip -= k;
+            taken += k;
+            continue;
+        }
+        if (f->cur == f->n) {
+            if (f->whole_object)
+                extend_run(f);
+            if (f->cur == f->n)
+                break;
+        }
         struct chunk *ck = f->cks[f->cur];
         uint64_t cstart = chunk_start(ck);
         uint64_t end = part_end(f);
@@ -450,12 +560,15 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         } /* else failed by its other part's fetch: our part of it is read away */
         f->pos += n;
         taken += n;
-        if (f->pos == end)
+        if (f->pos == end) {
             next_chunk(f);
+            if (f->whole_object && f->n - f->cur < CACHE_SPAN_MAX / 2)
+                extend_run(f); /* keep the chunks ahead claimed */
+        }
     }
     if (f->cur == f->n) {
         if (f->whole_object || taken < len) {
-            /* The rest of a whole-object answer is not ours: stop here. */
+            /* The rest of a whole-object answer is another fill's: stop here. */
             upstream_cancel(&f->up);
             fetch_finish(f, CHUNK_FAIL_NONE);
             return len;
@@ -627,6 +740,7 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     f->n = n;
     f->pos = pos;
     f->last = last;
+    f->next_index = cks[n - 1]->index + 1;
     f->host = xstrdup(o->host);
     f->port = o->port;
     build_head(f, o);
@@ -667,6 +781,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
     h->n = 1;
     h->pos = start;
     h->last = start + off - 1;
+    h->next_index = ck->index + 1;
     h->host = xstrdup(g->host);
     h->authority = xstrdup(g->authority);
     h->port = g->port;
@@ -692,7 +807,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
 
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o)
 {
-    if (!two_part(off)) {
+    if (!two_part(off) || fetch_origin_ignores_ranges(o->authority)) {
         fetch_start(&ck, 1, o);
         return;
     }
@@ -727,7 +842,8 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = ck->fetch;
-    if (f == NULL || f->discard || f->location != NULL || f->whole_object)
+    if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
+        fetch_origin_ignores_ranges(f->authority))
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     size_t k = f->cur;
@@ -751,7 +867,9 @@ bool fetch_split(struct chunk *ck, uint64_t off)
     f->n = k; /* the old request's answer is cut there: see sink_body */
     g->pos = chunk_start(ck) + (two_part(off) ? off : 0);
     g->last = f->last;
+    g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
+    f->next_index = ck->index;
     g->host = xstrdup(f->host);
     g->authority = xstrdup(f->authority);
     g->port = f->port;

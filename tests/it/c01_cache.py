@@ -415,6 +415,24 @@ class NoRangeOrigin(Base):
         self.full(p, "HIT")
         self.assertEqual(self.origin.request_count(), k, "not cached")
 
+    def test_one_whole_answer_fills_every_chunk(self):
+        # the first answer shows the origin ignores Range: that one answer fills all 6 chunks
+        # (no read-ahead requests, each of which would bring the object from byte 0 again), and
+        # the origin is remembered, so the next object costs one request too
+        for name in ("first", "second"):
+            n = 5 * K64 + 777
+            p = "/c01/norange/%s/size/%d" % (name, n)
+            k = self.origin.request_count()
+            r = self.full(p, "MISS")
+            self.assertBody(r, p)
+            self.daemon.settle_fetches()
+            self.assertEqual(self.origin.request_count() - k, 1, "requests for %s" % name)
+            self.full(p, "HIT")
+            for a in (0, K64 + 5, 5 * K64):
+                r = self.get(p, headers=[("Range", "bytes=%d-%d" % (a, a + 99))])
+                self.assertBody(r, p, a, a + 100)
+            self.assertEqual(self.origin.request_count() - k, 1, "not all stored: %s" % name)
+
     def test_ranges(self):
         n = 5 * K64 + 777
         p = "/c01/norange/rg/size/%d" % n
@@ -623,6 +641,7 @@ class Huge(Base):
         for a, b in [(5 * 1024 * H.MIB - 10, 5 * 1024 * H.MIB + 9), (T - 100, T - 1),
                      ((1 << 32) - 1, (1 << 32))]:
             for phase in ("cold", "warm"):
+                self.daemon.settle_fetches()    # the cold range's chunk may fill on after it
                 n = self.origin.request_count()
                 c.request(p, headers=[("Range", "bytes=%d-%d" % (a, b))])
                 r = c.read_response()

@@ -1051,6 +1051,14 @@ class Daemon:
         name = "cacheparty_cache_disk_io_pending"
         wait_until(lambda: self.metrics().get(name) == 0, timeout * SLOW, what=name + " == 0")
 
+    def settle_fetches(self, timeout=30):
+        """Waits until no origin fetch runs (a response can be complete while a fill it started
+        still runs: read-ahead, or the part of a chunk before a client's range)."""
+        if self.admin_port is None or not self.running():
+            return
+        name = "cacheparty_inflight_fetches"
+        wait_until(lambda: self.metrics().get(name) == 0, timeout * SLOW, what=name + " == 0")
+
     def status(self):
         """/status as a dict."""
         return json.loads(bytes(self.admin_get("/status").body))
