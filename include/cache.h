@@ -171,9 +171,11 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
                      uint64_t last, const struct fetch_origin *origin);
 
 /* Used by fetch.c. */
-/* A new FILLING chunk <index> of <key> for a fetch already running (a ref for it), or NULL when
- * the chunk is in memory, in flight or on disk. */
-struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index);
+/* A new FILLING chunk <index> of <key> for a fetch of version <m> already running (a ref for
+ * it), or NULL when the chunk is in memory, in flight or on disk, or when <m> is not the object's
+ * current version (it changed, or was purged, since the fetch began). */
+struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index,
+                                const struct cache_meta *m);
 /* Sets the object's meta on a filling chunk (no memory yet): 0, -EINVAL when the chunk lies
  * beyond the object's end, or -ESTALE when the chunk's meta, set by the fetch of its other part,
  * is another version. */

@@ -1129,11 +1129,15 @@ bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len)
     return ck->tail_off != 0 && off == ck->tail_end;
 }
 
-struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index)
+struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index,
+                                const struct cache_meta *m)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
+    const struct objver *v = objver_get(c, obj);
+    if (v == NULL || !objver_matches(v, m))
+        return NULL; /* purged, or another version is the object's now */
     struct chunk *old = table_find(c, obj, index);
     if (old != NULL && old->state != CHUNK_S_FAILED)
         return NULL;

@@ -81,6 +81,7 @@ struct fetch {
     uint64_t pos;             /* the next object byte this fetch commits */
     uint64_t last;            /* the last object byte it fills (its run may end mid-chunk) */
     uint64_t next_index;      /* the chunk after the run (a whole-object answer goes on there) */
+    bool past_end;            /* answered 416 for bytes from pos on: the object ends before */
     struct cache *cache;      /* borrows; with <key>, once the answer is the whole object */
     char *key;                /* owns: the object's cache key */
     size_t key_len;
@@ -198,6 +199,22 @@ static void fetch_free(struct fetch *f)
     free(f);
 }
 
+/*
+ * Whether this fetch's part of its current chunk turned out to lie past the object's end (a
+ * reader asked from beyond it, and the chunk was split there): the chunk's other part fills all
+ * of it, so this fetch's failure, or its 416, must not fail the chunk.
+ */
+static bool part_is_past_end(const struct fetch *f)
+{
+    const struct chunk *ck = f->cks[f->cur];
+    uint64_t start = chunk_start(ck);
+    if (f->pos == start)
+        return false; /* the whole chunk is this fetch's */
+    if (ck->meta_known)
+        return f->pos >= start + ck->cap;
+    return f->past_end;
+}
+
 /* The end: chunks from cur on are sealed (why == NONE, only when complete) or failed. */
 static void fetch_finish(struct fetch *f, enum chunk_fail why)
 {
@@ -205,7 +222,7 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         struct chunk *ck = f->cks[i];
         if (ck == NULL)
             continue;
-        if (ck->state == CHUNK_S_FILLING) {
+        if (ck->state == CHUNK_S_FILLING && !(i == f->cur && part_is_past_end(f))) {
             if (why == CHUNK_FAIL_NONE && ck->meta_known && ck->len == ck->cap)
                 cache_chunk_seal(ck);
             else /* this fetch's part is missing (the other part's fetch sees it fail) */
@@ -302,8 +319,8 @@ static bool follow_redirect(struct fetch *f)
 static bool reserve_current(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (ck->data != NULL)
-        return true;
+    if (ck->data != NULL || ck->state != CHUNK_S_FILLING)
+        return true; /* (failed by its other part's fetch meanwhile: sink_body reads it away) */
     if (cache_chunk_reserve(ck) == 0) {
         ev_timer_stop(fctx->loop, &f->memt);
         return true;
@@ -369,6 +386,32 @@ static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
 {
     return a->total == b->total && strcmp(a->etag, b->etag) == 0 &&
            strcmp(a->last_modified, b->last_modified) == 0;
+}
+
+/*
+ * A 416 ("Content-Range: bytes *" "/N") for a part that starts inside a chunk of the object but
+ * past its end N: the chunk is the other part's alone (see part_is_past_end).
+ */
+static void note_past_end(struct fetch *f, const char *buf, const struct h1_resp *resp)
+{
+    const struct h1_field *cr = h1_find(buf, resp->fields, resp->n_fields, "Content-Range");
+    if (cr == NULL || cr->value.len < 9 || cr->value.len > 28 ||
+        memcmp(buf + cr->value.off, "bytes */", 8) != 0)
+        return;
+    uint64_t total = 0;
+    for (size_t i = 8; i < cr->value.len; i++) {
+        char ch = buf[cr->value.off + i];
+        if (ch < '0' || ch > '9' || total > UINT64_MAX / 10 - 1)
+            return;
+        total = total * 10 + (uint64_t)(ch - '0');
+    }
+    struct chunk *ck = f->cks[f->cur];
+    uint64_t start = chunk_start(ck);
+    if (f->pos == start || f->pos < total || total <= start)
+        return;
+    f->past_end = true;
+    if (ck->state == CHUNK_S_FILLING && !ck->meta_known)
+        ck->tail_off = ck->tail_end = 0; /* the other part fills it to its end */
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
@@ -442,6 +485,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         log_info("fetch %s: resumption answered %d: giving up", f->host, resp->status);
         goto fail;
     } else {
+        if (resp->status == 416)
+            note_past_end(f, buf, resp);
         goto pass;
     }
     if (f->resumed) {
@@ -502,7 +547,7 @@ static void extend_run(struct fetch *f)
         uint64_t start = f->next_index * cs;
         if (start >= f->meta.total)
             break;
-        struct chunk *ck = cache_chunk_claim(f->cache, f->key, f->key_len, f->next_index);
+        struct chunk *ck = cache_chunk_claim(f->cache, f->key, f->key_len, f->next_index, &f->meta);
         if (ck == NULL)
             break;
         if (cache_chunk_set_meta(ck, &f->meta) < 0) {
@@ -557,6 +602,11 @@ static size_t sink_body(void *arg, const char *data, size_t len)
                 return taken; /* paused until memory frees */
             cache_chunk_commit(ck, f->pos - cstart, data + taken, n);
             f->flowing = true;
+        } else if (f->n - f->cur == 1 && !f->whole_object) {
+            /* Failed by its other part's fetch, and nothing follows it in this run: stop. */
+            upstream_cancel(&f->up);
+            fetch_finish(f, CHUNK_FAIL_NONE);
+            return len;
         } /* else failed by its other part's fetch: our part of it is read away */
         f->pos += n;
         taken += n;
@@ -741,6 +791,7 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     f->pos = pos;
     f->last = last;
     f->next_index = cks[n - 1]->index + 1;
+    f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
     f->port = o->port;
     build_head(f, o);
@@ -789,13 +840,13 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
     h->req_post = xstrdup(g->req_post);
     h->ua = g->ua ? xstrdup(g->ua) : NULL;
     h->processed_by = g->processed_by ? xstrdup(g->processed_by) : NULL;
-    g_stats.fetch_two_part++;
     if (route)
         fetch_route(g, g->host_is_ip);
     if (ck->state != CHUNK_S_FILLING) {
         fetch_finish(h, CHUNK_FAIL_502); /* g failed already: nothing to fill */
         return;
     }
+    g_stats.fetch_two_part++;
     if (g->have_addr) {
         h->addr = g->addr;
         h->have_addr = true;
@@ -865,7 +916,8 @@ bool fetch_split(struct chunk *ck, uint64_t off)
     }
     g->n = f->n - k;
     f->n = k; /* the old request's answer is cut there: see sink_body */
-    g->pos = chunk_start(ck) + (two_part(off) ? off : 0);
+    bool tp = two_part(off) && !(ck->meta_known && off >= ck->cap); /* (not past the end) */
+    g->pos = chunk_start(ck) + (tp ? off : 0);
     g->last = f->last;
     g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
@@ -886,7 +938,7 @@ bool fetch_split(struct chunk *ck, uint64_t off)
     } else {
         fetch_route(g, f->host_is_ip);
     }
-    if (two_part(off))
+    if (tp)
         start_head_part(ck, off, g, false);
     return true;
 }

@@ -9,8 +9,13 @@ visibly.
 Ordering is made certain by the origin, not by timing: the request for the part before the offset
 (the one starting on the chunk edge) is held mid-body until the test releases it."""
 
+import threading
+import time
+
 import harness as H
 from c02_coalesce import Base, Paced
+
+K = H.KIB
 
 CS = H.MIB
 OFF = 700000                    # deep inside chunk 0
@@ -189,6 +194,189 @@ class TwoPart(Base):
         self.assertEqual(r.header("ETag"), Paced.etag_of(paced, p, 0))
         self.assertGreater(self.origin.request_count(), n0)
         self.assertTrue(self.daemon.running())
+
+
+class HeadPart404:
+    """Object of <total>: the request starting on the chunk edge (the head part) answers 404
+    after <delay>; any other range answers 206 at once."""
+
+    def __init__(self, total, delay=0.6):
+        self.total = total
+        self.delay = delay
+
+    def __call__(self, ex):
+        rng = H.parse_range(ex.req.header("Range"), self.total)
+        start, end = rng if isinstance(rng, tuple) else (0, self.total)
+        if start == 0:
+            ex.sleep(self.delay)
+            ex.send(404, b"nope")
+            return
+        hdrs = [("ETag", '"v1"'), ("Content-Type", "application/octet-stream"),
+                ("Content-Range", "bytes %d-%d/%d" % (start, end - 1, self.total)),
+                ("Content-Length", str(end - start))]
+        ex.send_head(206, hdrs)
+        ex.write(H.content(ex.req.path, start, end))
+
+
+class EndBeforeOffset:
+    """Object of <total> (ends inside chunk 1). The request starting on chunk 1's edge (head
+    part) sends 100 KiB and waits for .release; a request beyond the end waits for .go416."""
+
+    def __init__(self, total):
+        self.total = total
+        self.release = threading.Event()
+        self.go416 = threading.Event()
+        self.holding = threading.Event()
+
+    def __call__(self, ex):
+        rng = H.parse_range(ex.req.header("Range"), self.total)
+        hdrs = [("ETag", '"v1"'), ("Content-Type", "application/octet-stream")]
+        if rng == "unsat":
+            self.go416.wait(20)
+            ex.send(416, b"", hdrs + [("Content-Range", "bytes */%d" % self.total)])
+            return
+        start, end = rng
+        hdrs += [("Content-Range", "bytes %d-%d/%d" % (start, end - 1, self.total)),
+                 ("Content-Length", str(end - start))]
+        ex.send_head(206, hdrs)
+        cut = min(end, start + 100 * K)
+        ex.write(H.content(ex.req.path, start, cut))
+        self.holding.set()
+        self.release.wait(20)
+        ex.write(H.content(ex.req.path, cut, end))
+
+
+class NoRangeSlow:
+    """Ignores Range: 200 with the whole object, in 64 KiB pieces; holds after <hold> bytes
+    until .release. ETag from .etag (read when the head is sent)."""
+
+    def __init__(self, total, hold):
+        self.total = total
+        self.hold = hold
+        self.etag = '"v1"'
+        self.release = threading.Event()
+        self.holding = threading.Event()
+        self.held = False
+
+    def __call__(self, ex):
+        hdrs = [("ETag", self.etag), ("Content-Type", "application/octet-stream"),
+                ("Content-Length", str(self.total))]
+        ex.send_head(200, hdrs)
+        hold = not self.held
+        self.held = True
+        off = 0
+        while off < self.total:
+            if hold and off >= self.hold:
+                self.holding.set()
+                self.release.wait(20)
+                hold = False
+            nxt = min(self.total, off + 64 * K)
+            ex.write(H.content(ex.req.path, off, nxt))
+            off = nxt
+            ex.sleep(0.001)
+
+
+class ReviewFixes(Base):
+    """Regressions found in review: each of these crashed the daemon, cut a client short or kept
+    stale chunks before the fix."""
+
+    def test_on_mem_after_other_part_failed(self):
+        cs = 256 * K
+        self.setup_proxy({"cache": {"chunk_size": "256K", "memory_size": "1M"},
+                          "upstream": {"readahead": "1", "read_timeout": "10s",
+                                       "first_byte_timeout": "5s"}})
+        held = []
+        for i in range(4):
+            paced = Paced(cs, cs=cs, hold_bytes=1000)
+            self.release_later(paced)
+            self.origin.route("/c05/r/mem/a%d/" % i, paced)
+            p = "/c05/r/mem/a%d/obj" % i
+            c = self.client(timeout=30)
+            c.request(p)
+            r = c.read_head()
+            c.read_body_until(r, 1)
+            self.wait_holding(paced)
+            held.append((paced, c, r, p))
+        # memory is full of filling chunks. A deep range into a cold chunk: the tail part's
+        # body waits for memory, then the head part answers 404 (fails the chunk)
+        self.origin.route("/c05/r/mem/t/", HeadPart404(2 * cs))
+        pt = "/c05/r/mem/t/obj"
+        x = self.client(timeout=30)
+        x.request(pt, headers=[("Range", "bytes=%d-%d" % (100 * K, 100 * K + 999))])
+        time.sleep(1.5)
+        for paced, c, r, p in held:
+            paced.release.set()
+        for paced, c, r, p in held:
+            self.assertBody(c.finish_response(r), p, total=cs)
+        time.sleep(2)
+        self.assertTrue(self.daemon.running(), self.daemon.log_tail(30))
+
+
+    def test_tail_part_416_fails_chunk_the_head_part_completes(self):
+        CS = H.MIB
+        total = CS + 200 * K
+        self.setup_proxy({"upstream": {"readahead": "1", "first_byte_timeout": "20s",
+                                       "read_timeout": "20s"}})
+        o = EndBeforeOffset(total)
+        self.addCleanup(o.release.set)
+        self.addCleanup(o.go416.set)
+        self.origin.route("/c05/r/end/", o)
+        p = "/c05/r/end/obj"
+        a = self.client(timeout=30)
+        a.request(p, headers=[("Range", "bytes=%d-" % (CS + 500 * K))])
+        self.assertTrue(o.holding.wait(10))
+        ra = a.read_response()
+        self.assertStatus(ra, 416)
+        b = self.client(timeout=30)
+        b.request(p, headers=[("Range", "bytes=%d-%d" % (CS, total - 1))])
+        rb = b.read_head()
+        self.assertStatus(rb, 206)
+        b.read_body_until(rb, 100 * K)
+        o.go416.set()
+        time.sleep(0.5)
+        o.release.set()
+        rb = b.finish_response(rb)# fails: B closed after 100 KiB
+        self.assertBody(rb, p, CS, total)
+
+    def test_whole_object_fetch_stores_chunks_after_purge(self):
+        cs = 64 * K
+        total = 100 * cs
+        self.setup_proxy({"cache": {"chunk_size": "64K"}, "server": {"admin_listen": "auto"},
+                          "upstream": {"readahead": "1"}})
+        o = NoRangeSlow(total, hold=4 * cs)
+        self.addCleanup(o.release.set)
+        self.origin.route("/c05/r/nr/", o)
+        p = "/c05/r/nr/obj"
+        r = self.get(p, headers=[("Range", "bytes=0-99")])
+        self.assertStatus(r, 206)
+        self.assertTrue(o.holding.wait(10))
+        # PURGE while the whole answer streams (the origin's object changes: a new ETag)
+        c = H.Client(self.daemon.admin_port)
+        self._clients.append(c)
+        c.request(p, method="PURGE")
+        rp = c.read_response()
+        self.assertEqual(rp.status, 200)
+        o.etag = '"v2"'
+        o.release.set()
+        self.daemon.settle_fetches()
+        self.daemon.settle_disk()
+        key = H.cache_key(p)
+        idx = sorted(i for (k, i) in H.chunk_index(self.daemon.cfg("cache", "dir")) if k == key)
+        r = self.get(p, headers=[("Range", "bytes=%d-%d" % (80 * cs, 80 * cs + 99))])
+        self.assertEqual(r.header("ETag"), '"v2"')
+        self.assertEqual(idx, [], "chunks of the purged answer were stored")
+
+
+    def test_ip_literal_two_part(self):
+        self.setup_proxy({"upstream": {"override": ""}})
+        port = self.origin.port if hasattr(self.origin, "port") else self.origin.addr[1]
+        host = "127.0.0.1:%d" % port
+        p = "/c05/r/ip/size/%d" % (2 * H.MIB)
+        r = self.get("http://%s%s" % (host, p), host=host,
+                     headers=[("Range", "bytes=700000-700099")])
+        self.assertBody(r, p, 700000, 700100)
+        self.daemon.settle_fetches()
+        self.assertEqual(self.dns.query_count(), 0)
 
 
 if __name__ == "__main__":
