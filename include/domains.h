@@ -73,6 +73,12 @@ const char *domains_identify(const struct domains *d, const char *host, const ch
                              size_t ua_len, bool steam_ua_rule);
 
 /*
+ * Whether <name> is, ignoring case, the name of a service of <d> or DOMAINS_STEAM_ID: the
+ * identifier an unlisted host of that name would share with the service. <d> may be NULL.
+ */
+bool domains_is_service(const struct domains *d, const char *name);
+
+/*
  * For `cacheparty -t`: the number of services in cache_domains.json and of distinct entries
  * loaded ("x" and "*.x" count as two; duplicates once). <d> may be NULL (both 0). Either output
  * pointer may be NULL.

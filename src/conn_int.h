@@ -83,7 +83,8 @@ struct conn {
     struct h1_req req;
     struct h1_authority auth;
     const char *ident; /* cache identifier: a service name (borrowed from the domains
-                          lists, which live until exit) or auth.ident */
+                          lists, which live until exit), auth.ident or ident_own */
+    char ident_own[sizeof(((struct h1_authority *)0)->ident) + 1]; /* "name." (see conn.c) */
     bool head_req;
     bool keep_alive; /* keep the connection after this response */
     bool bypass;

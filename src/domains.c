@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1039,6 +1040,19 @@ const char *domains_identify(const struct domains *d, const char *host, const ch
     if (len <= sizeof(zone) - 1 || memcmp(host + len - (sizeof(zone) - 1), zone, sizeof(zone) - 1))
         return NULL;
     return DOMAINS_STEAM_ID;
+}
+
+bool domains_is_service(const struct domains *d, const char *name)
+{
+    if (strcasecmp(name, DOMAINS_STEAM_ID) == 0)
+        return true;
+    if (d == NULL)
+        return false;
+    CHECK_OBJ(d, DOMAINS_MAGIC);
+    for (size_t i = 0; i < d->n_services; i++)
+        if (strcasecmp(d->services[i], name) == 0)
+            return true;
+    return false;
 }
 
 void domains_counts(const struct domains *d, size_t *services, size_t *names)

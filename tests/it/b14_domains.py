@@ -54,6 +54,19 @@ class Domains(H.CPTestCase):
         self.assertBody(self.get("/b14/u/size/10", host="Other.Example:8080"), "/b14/u/size/10")
         self.assertEqual(self.idents(1), ["other.example:8080"])
 
+    def test_unlisted_host_named_like_a_service_keeps_its_own_keys(self):
+        # an unlisted LAN host called "Blizzard" must never serve from (or fill) the blizzard
+        # service's cache: it gets the identifier "blizzard."
+        self.start(allow_unlisted="yes")
+        p = "/b14/svc/size/100"
+        self.assertBody(self.get(p, host="level3.blizzard.com"), p)
+        r = self.get(p, host="Blizzard")
+        self.assertBody(r, p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.assertEqual(self.origin.request_count(), 2)
+        self.assertEqual(self.origin.last().header("Host"), "blizzard")
+        self.assertEqual(self.idents(2), ["blizzard", "blizzard."])
+
     def test_steam_user_agent_rule(self):
         self.start()
         # not in the sample lists, but under steamcontent.com with Valve's UA: steam

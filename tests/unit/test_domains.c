@@ -211,6 +211,19 @@ static void test_domains_load_sample_counts(void **state)
     assert_int_equal(names, 8 + 7 + 5 + 12 + 6);
 }
 
+static void test_domains_is_service(void **state)
+{
+    (void)state;
+    assert_true(domains_is_service(g_sample, "blizzard"));
+    assert_true(domains_is_service(g_sample, "WSUS"));
+    assert_true(domains_is_service(g_sample, "steam"));
+    assert_true(domains_is_service(NULL, "steam")); /* the Steam user-agent rule's name */
+    assert_false(domains_is_service(NULL, "blizzard"));
+    assert_false(domains_is_service(g_sample, "blizzard."));
+    assert_false(domains_is_service(g_sample, "level3.blizzard.com"));
+    assert_false(domains_is_service(g_sample, "blizzard:8080"));
+}
+
 static void test_domains_match_exact_names(void **state)
 {
     (void)state;
@@ -932,6 +945,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_domains_load_sample_counts),
+        cmocka_unit_test(test_domains_is_service),
         cmocka_unit_test(test_domains_match_exact_names),
         cmocka_unit_test(test_domains_match_wildcard_subdomains),
         cmocka_unit_test(test_domains_match_wildcard_not_bare_domain),
