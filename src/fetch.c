@@ -812,6 +812,33 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
     fetch_route(f, o->host_is_ip);
 }
 
+/* A new fetch of the same object from the same origin as <src> (no chunks yet). */
+static struct fetch *fetch_sibling(const struct fetch *src)
+{
+    struct fetch *f = fetch_alloc();
+    f->host = xstrdup(src->host);
+    f->authority = xstrdup(src->authority);
+    f->port = src->port;
+    f->req_pre = xstrdup(src->req_pre);
+    f->req_post = xstrdup(src->req_post);
+    f->ua = src->ua ? xstrdup(src->ua) : NULL;
+    f->processed_by = src->processed_by ? xstrdup(src->processed_by) : NULL;
+    return f;
+}
+
+/* Starts <f> towards <src>'s origin: its address when it has one, else routed as it was. */
+static void fetch_go_like(struct fetch *f, const struct fetch *src)
+{
+    if (src->have_addr) {
+        f->addr = src->addr;
+        f->have_addr = true;
+        f->host_is_ip = src->host_is_ip;
+        fetch_connect(f);
+    } else {
+        fetch_route(f, src->host_is_ip);
+    }
+}
+
 /* Whether a reader starting at <off> inside a chunk gets a two-part fill (see fetch.h). */
 static bool two_part(uint64_t off)
 {
@@ -826,20 +853,13 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
         return; /* g (already routed) failed at once */
     uint64_t start = chunk_start(ck);
     ck->tail_off = ck->tail_end = off;
-    struct fetch *h = fetch_alloc();
+    struct fetch *h = fetch_sibling(g);
     h->cks[0] = ck;
     ck->refs++;
     h->n = 1;
     h->pos = start;
     h->last = start + off - 1;
     h->next_index = ck->index + 1;
-    h->host = xstrdup(g->host);
-    h->authority = xstrdup(g->authority);
-    h->port = g->port;
-    h->req_pre = xstrdup(g->req_pre);
-    h->req_post = xstrdup(g->req_post);
-    h->ua = g->ua ? xstrdup(g->ua) : NULL;
-    h->processed_by = g->processed_by ? xstrdup(g->processed_by) : NULL;
     if (route)
         fetch_route(g, g->host_is_ip);
     if (ck->state != CHUNK_S_FILLING) {
@@ -847,13 +867,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
         return;
     }
     g_stats.fetch_two_part++;
-    if (g->have_addr) {
-        h->addr = g->addr;
-        h->have_addr = true;
-        fetch_connect(h);
-    } else {
-        fetch_route(h, g->host_is_ip);
-    }
+    fetch_go_like(h, g);
 }
 
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o)
@@ -908,7 +922,7 @@ bool fetch_split(struct chunk *ck, uint64_t off)
         return false; /* not in this run, or the fill reaches it soon enough */
     if (ev_is_active(&f->memt))
         return false; /* waiting for memory: a new request could only wait for it too */
-    struct fetch *g = fetch_alloc();
+    struct fetch *g = fetch_sibling(f);
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];
         f->cks[i]->fetch = g;
@@ -922,22 +936,8 @@ bool fetch_split(struct chunk *ck, uint64_t off)
     g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
     f->next_index = ck->index;
-    g->host = xstrdup(f->host);
-    g->authority = xstrdup(f->authority);
-    g->port = f->port;
-    g->req_pre = xstrdup(f->req_pre);
-    g->req_post = xstrdup(f->req_post);
-    g->ua = f->ua ? xstrdup(f->ua) : NULL;
-    g->processed_by = f->processed_by ? xstrdup(f->processed_by) : NULL;
     g_stats.fetch_split++;
-    if (f->have_addr) {
-        g->addr = f->addr;
-        g->have_addr = true;
-        g->host_is_ip = f->host_is_ip;
-        fetch_connect(g);
-    } else {
-        fetch_route(g, f->host_is_ip);
-    }
+    fetch_go_like(g, f);
     if (tp)
         start_head_part(ck, off, g, false);
     return true;

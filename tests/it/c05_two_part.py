@@ -55,6 +55,15 @@ class TwoPart(Base):
         self.origin.route("/c05/%s/" % name, paced)
         return d, paced, "/c05/%s/obj" % name
 
+    def served_deep(self, total, name):
+        """A client's range at OFF, served while the part of chunk 0 before it is held."""
+        d, paced, p = self.start(total, name)
+        a = self.client()
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.wait_holding(paced)
+        self.assertBody(a.read_response(), p, OFF, OFF + 1000)
+        return paced, p
+
     def test_deep_range_served_while_the_part_before_it_is_held(self):
         total = 3 * CS
         d, paced, p = self.start(total, "deep")
@@ -86,11 +95,7 @@ class TwoPart(Base):
 
     def test_reader_crossing_from_one_part_into_the_other(self):
         total = 2 * CS
-        d, paced, p = self.start(total, "cross")
-        a = self.client()
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.wait_holding(paced)
-        self.assertBody(a.read_response(), p, OFF, OFF + 1000)
+        paced, p = self.served_deep(total, "cross")
         # B reads chunk 0 from its start: the held part's 100 KiB, then nothing until released
         b = self.client()
         b.request(p, headers=[("Range", "bytes=0-%d" % (CS + 9999))])
@@ -138,11 +143,7 @@ class TwoPart(Base):
 
     def test_failed_part_fails_the_chunk_and_nothing_is_stored(self):
         total = 2 * CS
-        d, paced, p = self.start(total, "fail")
-        a = self.client()
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.wait_holding(paced)
-        self.assertBody(a.read_response(), p, OFF, OFF + 1000)
+        paced, p = self.served_deep(total, "fail")
         # C wants all of chunk 0: it gets the held 100 KiB, then the part before OFF fails for
         # good (reset, and every resumption reset too): C is cut short, never given wrong bytes
         c = self.client()
