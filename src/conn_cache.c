@@ -389,6 +389,8 @@ static bool body_step(struct conn *c)
             return false;
         }
         ssize_t k;
+        if (ck->data != NULL && n > CONN_SEND_MAX)
+            n = CONN_SEND_MAX; /* the rest follows in this turn (see CONN_SEND_MAX) */
         do {
             if (ck->data != NULL) {
                 k = send(c->fd, ck->data + off, n, MSG_NOSIGNAL);

@@ -27,6 +27,12 @@ struct upstream;
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
 #define CONN_MAX_READAHEAD_FETCHES 256   /* no read-ahead beyond this many fetches in flight */
 #define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
+/* Chunk-memory bytes given to one send(). Within one call the kernel queues the data as segments
+ * of up to 64 KiB (loopback, TSO) and, after 16 new segments, processes the ACKs that arrived
+ * meanwhile before it goes on; a 1 MiB send always crossed that point, and the warm `big` bench
+ * then cost the proxy core 1.8x the CPU per byte (bench/README.md, "Warm big"). 15 segments'
+ * worth per call stays under it. */
+#define CONN_SEND_MAX (15 * 64 * 1024)
 /* Lingering close (as nginx's): after a response that closes the connection, our side is shut
  * down and what the client still sends is read and dropped for at most this long / this much, so
  * that unread request bytes do not make the kernel answer with a reset that destroys the
