@@ -79,6 +79,17 @@ const char *domains_identify(const struct domains *d, const char *host, const ch
 bool domains_is_service(const struct domains *d, const char *name);
 
 /*
+ * The cache identifier of a request for <host> (its authority as sent: <ident>, see
+ * h1_authority): domains_identify()'s; else, when <allow_unlisted>, <ident> itself, or "<ident>."
+ * written to <own> when <ident> is a service's name (an unlisted host named "steam" must not
+ * share the steam service's cache; no host's identifier ends with a dot). <own> has room for
+ * strlen(ident) + 2. NULL when the host is not allowed.
+ */
+const char *domains_cache_identifier(const struct domains *d, const char *host, const char *ident,
+                                     const char *user_agent, size_t ua_len, bool steam_ua_rule,
+                                     bool allow_unlisted, char *own, size_t own_len);
+
+/*
  * For `cacheparty -t`: the number of services in cache_domains.json and of distinct entries
  * loaded ("x" and "*.x" count as two; duplicates once). <d> may be NULL (both 0). Either output
  * pointer may be NULL.

@@ -559,10 +559,10 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
         }
         const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
         const struct domains *doms = actx->domains != NULL ? *actx->domains : NULL;
-        const char *id = domains_identify(doms, auth.host, ua ? h + ua->value.off : NULL,
-                                          ua ? ua->value.len : 0, g_cfg->steam_user_agent);
-        if (id == NULL && g_cfg->allow_unlisted)
-            id = auth.ident;
+        char own[sizeof(auth.ident) + 1];
+        const char *id = domains_cache_identifier(
+            doms, auth.host, auth.ident, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
+            g_cfg->steam_user_agent, g_cfg->allow_unlisted, own, sizeof(own));
         if (id == NULL) {
             respond_text(c, req, 404, NULL, false,
                          "host %s is not in the cache-domains lists (allow_unlisted = no): "

@@ -308,17 +308,10 @@ static void handle_request(struct conn *c)
         return;
     }
     const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
-    c->ident = domains_identify(c->ctx->domains, c->auth.host, ua ? h + ua->value.off : NULL,
-                                ua ? ua->value.len : 0, g_cfg->steam_user_agent);
-    if (c->ident == NULL && g_cfg->allow_unlisted) {
-        c->ident = c->auth.ident;
-        if (domains_is_service(c->ctx->domains, c->ident)) {
-            /* An unlisted host named like a service ("steam") must not share its cache keys:
-             * it gets "steam." (no host's identifier ends with a dot: it is removed). */
-            snprintf(c->ident_own, sizeof(c->ident_own), "%s.", c->auth.ident);
-            c->ident = c->ident_own;
-        }
-    }
+    c->ident = domains_cache_identifier(c->ctx->domains, c->auth.host, c->auth.ident,
+                                        ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
+                                        g_cfg->steam_user_agent, g_cfg->allow_unlisted,
+                                        c->ident_own, sizeof(c->ident_own));
     if (c->ident == NULL) {
         log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
                  c->auth.host);

@@ -1055,6 +1055,19 @@ bool domains_is_service(const struct domains *d, const char *name)
     return false;
 }
 
+const char *domains_cache_identifier(const struct domains *d, const char *host, const char *ident,
+                                     const char *user_agent, size_t ua_len, bool steam_ua_rule,
+                                     bool allow_unlisted, char *own, size_t own_len)
+{
+    const char *id = domains_identify(d, host, user_agent, ua_len, steam_ua_rule);
+    if (id != NULL || !allow_unlisted)
+        return id;
+    if (!domains_is_service(d, ident))
+        return ident;
+    int n = snprintf(own, own_len, "%s.", ident);
+    return n > 0 && (size_t)n < own_len ? own : NULL;
+}
+
 void domains_counts(const struct domains *d, size_t *services, size_t *names)
 {
     if (d != NULL)

@@ -66,6 +66,15 @@ class Domains(H.CPTestCase):
         self.assertEqual(self.origin.request_count(), 2)
         self.assertEqual(self.origin.last().header("Host"), "blizzard")
         self.assertEqual(self.idents(2), ["blizzard", "blizzard."])
+        # and a PURGE for that host removes its object, not the service's
+        c = H.Client(self.daemon.admin_port)
+        self._clients.append(c)
+        c.request(p, method="PURGE", host="Blizzard")
+        self.assertStatus(c.read_response(), 200)
+        r = self.get(p, host="level3.blizzard.com")
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        r = self.get(p, host="Blizzard")
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
 
     def test_steam_user_agent_rule(self):
         self.start()

@@ -224,6 +224,33 @@ static void test_domains_is_service(void **state)
     assert_false(domains_is_service(g_sample, "blizzard:8080"));
 }
 
+static void test_domains_cache_identifier(void **state)
+{
+    char own[16];
+
+    (void)state;
+    /* listed: the service, whatever allow_unlisted says */
+    assert_string_equal(domains_cache_identifier(g_sample, "level3.blizzard.com",
+                                                 "level3.blizzard.com", NULL, 0, true, false, own,
+                                                 sizeof(own)),
+                        "blizzard");
+    /* unlisted: 403 (NULL), or its own authority */
+    assert_null(domains_cache_identifier(g_sample, "example.org", "example.org", NULL, 0, true,
+                                         false, own, sizeof(own)));
+    assert_string_equal(domains_cache_identifier(g_sample, "example.org", "example.org:8080", NULL,
+                                                 0, true, true, own, sizeof(own)),
+                        "example.org:8080");
+    /* unlisted and named like a service: never the service's keys */
+    assert_string_equal(
+        domains_cache_identifier(g_sample, "riot", "riot", NULL, 0, true, true, own, sizeof(own)),
+        "riot.");
+    assert_string_equal(
+        domains_cache_identifier(NULL, "steam", "steam", NULL, 0, true, true, own, sizeof(own)),
+        "steam.");
+    /* no room for the dot: refused rather than shared */
+    assert_null(domains_cache_identifier(g_sample, "riot", "riot", NULL, 0, true, true, own, 5));
+}
+
 static void test_domains_match_exact_names(void **state)
 {
     (void)state;
@@ -946,6 +973,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_domains_load_sample_counts),
         cmocka_unit_test(test_domains_is_service),
+        cmocka_unit_test(test_domains_cache_identifier),
         cmocka_unit_test(test_domains_match_exact_names),
         cmocka_unit_test(test_domains_match_wildcard_subdomains),
         cmocka_unit_test(test_domains_match_wildcard_not_bare_domain),
