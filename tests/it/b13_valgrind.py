@@ -9,7 +9,6 @@ when valgrind is absent."""
 
 import os
 import shutil
-import stat
 import unittest
 
 import harness as H
@@ -19,13 +18,7 @@ import harness as H
 @unittest.skipIf(shutil.which("valgrind") is None, "valgrind not installed")
 class Valgrind(H.CPTestCase):
     def test_no_leak_after_sigterm(self):
-        vlog = os.path.join(self._tmp, "valgrind.log")
-        wrapper = os.path.join(self._tmp, "cacheparty-vg")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nexec valgrind --quiet --leak-check=full --show-leak-kinds=all "
-                    "--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=42 "
-                    "--log-file=%s %s \"$@\"\n" % (vlog, H.binary_path()))
-        os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
+        wrapper = self.valgrind_binary()
         self.origin = self.start_origin()
         self.dns = self.start_dns({"game.example.test": ["127.0.0.1"]})
         d = self.daemon = self.start_daemon({"upstream": {"override": None, "allow_private": "yes"}}, origin=self.origin, dns=self.dns,
@@ -51,11 +44,7 @@ class Valgrind(H.CPTestCase):
         idle = self.client()
         idle.request("/b13/idle/size/5", host=host)
         idle.read_response()
-        rc = d.stop(timeout=120)
-        with open(vlog) as f:
-            report = f.read()
-        self.assertEqual(rc, 0, "valgrind reported errors or leaks:\n" + report[-4000:])
-        self.assertNotIn("definitely lost", report)
+        self.assertValgrindClean(d)
 
 
 if __name__ == "__main__":

@@ -1736,6 +1736,27 @@ class CPTestCase(unittest.TestCase):
         self.daemon = self.start_daemon(overrides, origin=self.origin, dns=self.dns)
         return self.daemon
 
+    def valgrind_binary(self):
+        """A script that runs the built daemon under valgrind memcheck (errors and definite,
+        indirect or possible leaks make it exit 42), for start_daemon(binary=...); check it with
+        assertValgrindClean()."""
+        self._vlog = os.path.join(self._tmp, "valgrind.log")
+        wrapper = os.path.join(self._tmp, "cacheparty-vg")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec valgrind --quiet --leak-check=full --show-leak-kinds=all "
+                    "--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=42 "
+                    "--log-file=%s %s \"$@\"\n" % (self._vlog, binary_path()))
+        os.chmod(wrapper, 0o755)
+        return wrapper
+
+    def assertValgrindClean(self, daemon):
+        """Stops <daemon> (started with valgrind_binary()) and checks valgrind's verdict."""
+        rc = daemon.stop(timeout=120)
+        with open(self._vlog) as f:
+            report = f.read()
+        self.assertEqual(rc, 0, "valgrind reported errors or leaks:\n" + report[-4000:])
+        self.assertNotIn("definitely lost", report)
+
     def client(self, daemon=None, timeout=10.0):
         c = Client((daemon or self.daemon).port, timeout=timeout)
         self._clients.append(c)

@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import ssl
-import stat
 import struct
 import subprocess
 import threading
@@ -118,6 +117,16 @@ def cpu_seconds(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+
+def recv_to_eof(s):
+    """Every byte <s> receives until the peer's FIN."""
+    data = bytearray()
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return bytes(data)
+        data += b
+
 class RawOrigin:
     """A plain TCP origin (the relay never looks past the ClientHello): each connection is handed
     to handler(sock, conn_index) in its own thread. received[i]: every byte of connection i until
@@ -156,14 +165,9 @@ class RawOrigin:
             pass
 
     def read_all(self, s, i):
-        data = bytearray()
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
+        data = recv_to_eof(s)
         with self.lock:
-            self.received[i] = bytes(data)
+            self.received[i] = data
         s.close()
 
     def stop(self):
@@ -670,13 +674,7 @@ class Tls(H.CPTestCase):
         got = {}
 
         def handler(s, i):
-            data = bytearray()
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                data += b
-            got["up"] = bytes(data)
+            got["up"] = recv_to_eof(s)
             s.sendall(answer)
             s.shutdown(socket.SHUT_WR)
             got["eof"] = s.recv(1)         # the relay passes our FIN on, then closes
@@ -863,13 +861,7 @@ class Tls(H.CPTestCase):
     @unittest.skipIf(H.SANITIZED, "ASan build: LeakSanitizer checks leaks there")
     @unittest.skipIf(shutil.which("valgrind") is None, "valgrind not installed")
     def test_valgrind_no_leak_with_relays_in_every_phase(self):
-        vlog = os.path.join(self._tmp, "valgrind.log")
-        wrapper = os.path.join(self._tmp, "cacheparty-vg")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nexec valgrind --quiet --leak-check=full --show-leak-kinds=all "
-                    "--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=42 "
-                    "--log-file=%s %s \"$@\"\n" % (vlog, H.binary_path()))
-        os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
+        wrapper = self.valgrind_binary()
 
         def handler(s, i):
             while s.recv(65536):
@@ -889,10 +881,7 @@ class Tls(H.CPTestCase):
         self.connect().sendall(client_hello(None))
         H.wait_until(lambda: origin.conns == 1, 30, 0.05, "the relay to connect")
         H.wait_until(lambda: self.refused("no_sni") == 1, 30, 0.1, "no_sni")
-        rc = d.stop(timeout=120)
-        with open(vlog) as f:
-            report = f.read()
-        self.assertEqual(rc, 0, "valgrind reported errors or leaks:\n" + report[-4000:])
+        self.assertValgrindClean(d)
 
 
 if __name__ == "__main__":
