@@ -70,9 +70,12 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
 /*
  * Starts filling one chunk (FILLING, nothing committed) for a reader that starts at byte <off>
  * of it. When <off> is FETCH_TWO_PART_MIN or more, the chunk is filled in two parts by two
- * upstream requests at once: one from <off> to the chunk's end (the reader's first byte comes
- * one origin round trip after its request, not after the bytes before it have streamed by) and
- * one for [0, off). Every byte is still fetched once. Otherwise as fetch_start(&ck, 1, o).
+ * upstream requests: one from <off> to the chunk's end, at once (the reader's first byte comes
+ * one origin round trip after its request, not after the bytes before it have streamed by),
+ * and the head part [0, off) once that request is answered, or as soon as a reader waits for a
+ * byte before <off> (fetch_hurry). So the origin gets the request a reader waits for first,
+ * alone, and none for the head part when the first answer fails the chunk. Every byte is still
+ * fetched once. Otherwise as fetch_start(&ck, 1, o).
  */
 #define FETCH_TWO_PART_MIN (64 * 1024)
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);
@@ -84,16 +87,18 @@ void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o
  */
 bool fetch_origin_ignores_ranges(const char *authority);
 /*
- * A reader needs <ck>, a chunk inside a running run that will not reach it for a while (while
- * the run's bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they
- * flow, any chunk after the first): the run is cut before <ck> and a new fetch starts at <ck>
- * for the rest, so the reader waits one origin round trip, not the run ahead of it. When the
- * reader starts at byte <off> of <ck>, deep enough, <ck> is filled in two parts (as
- * fetch_start_at), the new fetch from <off> on.
- * Returns whether it split.
+ * A reader waits for byte <off> of <ck>, a chunk being filled: makes it come sooner when it can.
+ * - Before the chunk's head part (fetch_start_at) is asked: it is asked now.
+ * - Nothing of <ck> arrived yet and its run will not reach it for a while (while the run's
+ *   bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they flow, any
+ *   chunk after the first): the run is cut before <ck> and a new fetch starts at <ck> for the
+ *   rest, so the reader waits one origin round trip, not the run ahead of it. When <off> is deep
+ *   enough, <ck> is filled in two parts (as fetch_start_at), the new fetch from <off> on.
+ * Returns whether it started a request. It only starts requests (never calls back): <ck> is
+ * still FILLING when it returns, so the reader can wait on it then.
  */
 #define FETCH_SPLIT_GAP 2
-bool fetch_split(struct chunk *ck, uint64_t off);
+bool fetch_hurry(struct chunk *ck, uint64_t off);
 
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);

@@ -72,6 +72,14 @@ static void on_chunk_wake(struct chunk_waiter *w)
     conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
 }
 
+/* Waits for byte <off> of the current chunk, filling: first makes it come sooner if it can (a
+ * reader can come before the chunk's fetch exists, during a disk lookup: so at every wait). */
+static void wait_chunk(struct conn *c, uint64_t off)
+{
+    fetch_hurry(c->ck, off);
+    cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake);
+}
+
 /* Takes a ref on chunk <index>, to be read from its byte <off> (starting a fetch on a miss,
  * unless <probe>). */
 static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
@@ -185,8 +193,6 @@ void conn_cache_begin(struct conn *c)
         uint64_t first = first_byte(c), cs = g_cfg->chunk_size;
         get_chunk(c, first / cs, first % cs, false);
         c->first_miss = c->ck_created;
-        if (c->ck->state == CHUNK_S_FILLING && c->ck->len == 0 && c->ck->tail_off == 0)
-            fetch_split(c->ck, first % cs); /* deep in someone's run: fetch it now */
     }
     conn_set_state(c, CONN_S_CACHE_HEAD);
 }
@@ -259,7 +265,7 @@ static bool head_step(struct conn *c)
         return true;
     }
     if (!ck->meta_known) {
-        cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+        wait_chunk(c, first_byte(c) % g_cfg->chunk_size);
         return false;
     }
     const struct cache_meta *m = &ck->meta;
@@ -355,11 +361,8 @@ static bool body_step(struct conn *c)
             /* A fill (not a disk lookup, which may still hit): cold here, so fetch its tail of a
              * run now and keep the next chunks coming. */
             c->ra_pending = false;
-            if (ck->state == CHUNK_S_FILLING) {
-                if (ck->len == 0 && ck->tail_off == 0)
-                    fetch_split(ck, c->pos - idx * cs); /* deep in someone's run: fetch it now */
+            if (ck->state == CHUNK_S_FILLING)
                 read_ahead(c, idx);
-            }
         }
         if (ck->state == CHUNK_S_FAILED) {
             log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",
@@ -368,7 +371,7 @@ static bool body_step(struct conn *c)
             return false;
         }
         if (!ck->meta_known) {
-            cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+            wait_chunk(c, c->pos - idx * cs);
             return false;
         }
         if (!same_version(&ck->meta, &c->sent)) {
@@ -385,7 +388,7 @@ static bool body_step(struct conn *c)
         size_t n = (size_t)(avail < want ? avail : want);
         if (n == 0) {
             ASSERT(ck->state == CHUNK_S_FILLING);
-            cache_chunk_wait(ck, &c->ckw, on_chunk_wake);
+            wait_chunk(c, off);
             return false;
         }
         ssize_t k;

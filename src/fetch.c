@@ -17,6 +17,9 @@
  * A fetch fills object bytes [pos, last]: usually whole chunks, but a chunk whose first reader
  * starts deep inside it (fetch_start_at, fetch_split) is shared by two fetches, the run's from the
  * reader's offset on (ck->fetch) and one of its own for the bytes before it (holding only a ref).
+ * The run's fetch holds that head part (head_ck) until its own answer comes, so that the origin
+ * sees the request the reader waits for first; it is asked then, or sooner for a reader who
+ * wants its bytes (release_head_part, fetch_hurry).
  * Each commits at the end of its part (cache_chunk_commit), the parts join when they meet, and
  * whichever completes the chunk seals it. A part that fails fails the chunk; the other part's
  * fetch then reads its bytes away. The two answers must be the same version (cache_chunk_set_meta
@@ -85,6 +88,8 @@ struct fetch {
     struct cache *cache;      /* borrows; with <key>, once the answer is the whole object */
     char *key;                /* owns: the object's cache key */
     size_t key_len;
+    struct chunk *head_ck;    /* ref: a chunk whose head part [0, head_off) is not asked yet */
+    uint64_t head_off;
 };
 
 static struct fetch_ctx *fctx;
@@ -179,6 +184,7 @@ static void next_chunk(struct fetch *f)
 
 static void fetch_free(struct fetch *f)
 {
+    ASSERT(f->head_ck == NULL);
     resolver_cancel(&f->rq);
     upstream_cancel(&f->up);
     cache_chunk_unwait(&f->memw);
@@ -215,6 +221,8 @@ static bool part_is_past_end(const struct fetch *f)
     return f->past_end;
 }
 
+static void release_head_part(struct fetch *g);
+
 /* The end: chunks from cur on are sealed (why == NONE, only when complete) or failed. */
 static void fetch_finish(struct fetch *f, enum chunk_fail why)
 {
@@ -232,6 +240,7 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
             ck->fetch = NULL;
         cache_chunk_unref(&f->cks[i]);
     }
+    release_head_part(f); /* asked now, or finished when our end failed the chunk */
     fetch_free(f);
 }
 
@@ -509,6 +518,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     }
     if (rc < 0)
         goto fail;
+    release_head_part(f);
     return;
 pass:
     if (resp->framing == H1_BODY_NONE ||
@@ -845,28 +855,46 @@ static bool two_part(uint64_t off)
     return off >= FETCH_TWO_PART_MIN && off < g_cfg->chunk_size;
 }
 
-/* The fetch of [0, off) of <ck>, whose part [off, ...) <g> fills. <route>: g is not routed yet,
- * do it here (first: it is the one a reader waits for). Nothing when g failed at once. */
+/* Makes <ck> a two-part chunk: <g> fills [off, ...) and asks for the head part [0, off) later,
+ * in release_head_part(). <route>: g is not routed yet, do it here. Nothing when g (already
+ * routed) failed at once. */
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route)
 {
     if (ck->state != CHUNK_S_FILLING)
-        return; /* g (already routed) failed at once */
-    uint64_t start = chunk_start(ck);
+        return;
     ck->tail_off = ck->tail_end = off;
-    struct fetch *h = fetch_sibling(g);
-    h->cks[0] = ck;
+    g->head_ck = ck;
     ck->refs++;
-    h->n = 1;
-    h->pos = start;
-    h->last = start + off - 1;
-    h->next_index = ck->index + 1;
+    g->head_off = off;
+    g_stats.fetch_two_part++;
     if (route)
-        fetch_route(g, g->host_is_ip);
+        fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
+}
+
+/*
+ * The head part of <g>'s two-part chunk, if not asked yet: asked now, of the origin g asks (the
+ * one a redirect led g to), once g is answered (sink_head), when g ends (fetch_finish) or for a
+ * reader waiting for it (fetch_hurry). Not when the chunk failed meanwhile: then nothing is left
+ * to fill.
+ */
+static void release_head_part(struct fetch *g)
+{
+    struct chunk *ck = g->head_ck;
+    if (ck == NULL)
+        return;
+    g->head_ck = NULL;
     if (ck->state != CHUNK_S_FILLING) {
-        fetch_finish(h, CHUNK_FAIL_502); /* g failed already: nothing to fill */
+        cache_chunk_unref(&ck);
         return;
     }
-    g_stats.fetch_two_part++;
+    uint64_t start = chunk_start(ck);
+    struct fetch *h = fetch_sibling(g);
+    h->cks[0] = ck; /* g's ref is h's now */
+    h->n = 1;
+    h->pos = start;
+    h->last = start + g->head_off - 1;
+    h->next_index = ck->index + 1;
+    h->hops = g->hops;
     fetch_go_like(h, g);
 }
 
@@ -904,7 +932,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
     }
 }
 
-bool fetch_split(struct chunk *ck, uint64_t off)
+static bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = ck->fetch;
     if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
@@ -941,6 +969,21 @@ bool fetch_split(struct chunk *ck, uint64_t off)
     if (tp)
         start_head_part(ck, off, g, false);
     return true;
+}
+
+bool fetch_hurry(struct chunk *ck, uint64_t off)
+{
+    struct fetch *f = ck->fetch;
+    if (f == NULL || ck->state != CHUNK_S_FILLING)
+        return false;
+    CHECK_OBJ(f, FETCH_MAGIC);
+    if (f->head_ck == ck && off < f->head_off) {
+        release_head_part(f);
+        return true;
+    }
+    if (ck->len == 0 && ck->tail_off == 0)
+        return fetch_split(ck, off);
+    return false;
 }
 
 void fetch_cancel_all(void)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """c05: two-part fills (issue 5, cold ranges). A client whose range starts deep inside a cold chunk
 (64 KiB or more in) must not wait for the bytes before its offset to stream by: the chunk is filled
-by two upstream requests at once, one from the client's offset and one for the part before it.
+by two upstream requests, one from the client's offset, asked at once, and one for the part before
+it (the head part), asked once the first is answered, or at once for a reader who wants its bytes.
 Every byte is still fetched once, the chunk is stored only when both parts are in, a reader
 crossing from one part into the other gets the right bytes, and a part that fails fails the chunk
 visibly.
@@ -44,6 +45,30 @@ class ChangedEdge(HoldEdge):
         with self.lock:
             first_edge = start % self.cs == 0 and start // self.cs not in self.edges
         return '"changed"' if first_edge else super().etag_of(path, start)
+
+
+class HeldAnswer(Paced):
+    """Paced whose request starting at byte <at> waits for .answer before anything is sent
+    (.asked is set when it arrives). .starts: the first byte of every request, in arrival order."""
+
+    def __init__(self, total, at, **kw):
+        super().__init__(total, hold=(), **kw)
+        self.at = at
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+        self.starts = []
+
+    def __call__(self, ex):
+        rng = H.parse_range(ex.req.header("Range"), self.total)
+        start = rng[0] if isinstance(rng, tuple) else 0
+        with self.lock:
+            self.starts.append(start)
+        if start == self.at:
+            self.asked.set()
+            while not self.answer.wait(0.05):
+                if ex.origin.stopping.is_set():
+                    return
+        super().__call__(ex)
 
 
 class TwoPart(Base):
@@ -92,6 +117,56 @@ class TwoPart(Base):
         self.assertBody(r, p, 0, CS)
         self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
         self.assertEqual(self.origin.request_count(), k)
+
+    def test_head_part_is_asked_once_the_first_part_is_answered(self):
+        # The origin holds the answer to the request from the client's offset. The head part
+        # would have been asked in the same callback, so one upstream request now means it waits.
+        total = 2 * CS
+        d = self.setup_proxy()
+        o = HeldAnswer(total, OFF)
+        self.addCleanup(o.answer.set)
+        self.origin.route("/c05/order/", o)
+        p = "/c05/order/obj"
+        a = self.client()
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.assertTrue(o.asked.wait(10 * H.SLOW))
+        self.assertEqual(d.status()["upstream_requests_total"], 1)
+        self.assertEqual(o.starts, [OFF])
+        o.answer.set()
+        self.assertBody(a.read_response(), p, OFF, OFF + 1000)
+        d.settle_fetches()
+        self.assertEqual(o.starts, [OFF, 0])
+        self.assertEqual(d.status()["fetch_two_part_total"], 1)
+        k = self.origin.request_count()
+        r = self.get(p, headers=[("Range", "bytes=0-%d" % (CS - 1))])
+        self.assertBody(r, p, 0, CS)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), k)
+
+    def test_reader_before_the_offset_has_the_head_part_asked_at_once(self):
+        # B wants the bytes before A's offset while A's answer is still held: B is served from
+        # the head part, asked for B, before the origin answers A at all.
+        total = 2 * CS
+        self.setup_proxy()
+        o = HeldAnswer(total, OFF)
+        self.addCleanup(o.answer.set)
+        self.origin.route("/c05/hurry/", o)
+        p = "/c05/hurry/obj"
+        a = self.client()
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.assertTrue(o.asked.wait(10 * H.SLOW))
+        b = self.client()
+        b.request(p, headers=[("Range", "bytes=1000-1999")])
+        rb = b.read_response()
+        self.assertStatus(rb, 206)
+        self.assertBody(rb, p, 1000, 2000)
+        self.assertFalse(o.answer.is_set())
+        self.assertEqual(o.starts, [OFF, 0])
+        o.answer.set()
+        self.assertBody(a.read_response(), p, OFF, OFF + 1000)
+        r = self.get(p)
+        self.assertBody(r, p, total=total)
+        self.assertEachChunkOnce(p, total)
 
     def test_reader_crossing_from_one_part_into_the_other(self):
         total = 2 * CS
@@ -227,12 +302,14 @@ class EndBeforeOffset:
         self.total = total
         self.release = threading.Event()
         self.go416 = threading.Event()
+        self.asked416 = threading.Event()
         self.holding = threading.Event()
 
     def __call__(self, ex):
         rng = H.parse_range(ex.req.header("Range"), self.total)
         hdrs = [("ETag", '"v1"'), ("Content-Type", "application/octet-stream")]
         if rng == "unsat":
+            self.asked416.set()
             self.go416.wait(20)
             ex.send(416, b"", hdrs + [("Content-Range", "bytes */%d" % self.total)])
             return
@@ -313,23 +390,30 @@ class ReviewFixes(Base):
         self.assertTrue(self.daemon.running(), self.daemon.log_tail(30))
 
 
-    def test_tail_part_416_fails_chunk_the_head_part_completes(self):
-        CS = H.MIB
+    def end_before_offset(self, name):
+        """A asks from beyond the end of an object that ends inside chunk 1; its 416 is held."""
         total = CS + 200 * K
         self.setup_proxy({"upstream": {"readahead": "1", "first_byte_timeout": "20s",
                                        "read_timeout": "20s"}})
         o = EndBeforeOffset(total)
         self.addCleanup(o.release.set)
         self.addCleanup(o.go416.set)
-        self.origin.route("/c05/r/end/", o)
-        p = "/c05/r/end/obj"
+        self.origin.route("/c05/r/%s/" % name, o)
+        p = "/c05/r/%s/obj" % name
         a = self.client(timeout=30)
         a.request(p, headers=[("Range", "bytes=%d-" % (CS + 500 * K))])
-        self.assertTrue(o.holding.wait(10))
-        ra = a.read_response()
-        self.assertStatus(ra, 416)
+        self.assertTrue(o.asked416.wait(10 * H.SLOW))
+        return o, p, total, a
+
+    def test_tail_part_416_fails_chunk_the_head_part_completes(self):
+        # B, reading chunk 1 from its start, has the head part asked; the 416 of the part from
+        # A's offset comes while the head part streams, and must not fail the chunk
+        o, p, total, a = self.end_before_offset("end")
         b = self.client(timeout=30)
         b.request(p, headers=[("Range", "bytes=%d-%d" % (CS, total - 1))])
+        self.assertTrue(o.holding.wait(10 * H.SLOW))
+        ra = a.read_response()
+        self.assertStatus(ra, 416)
         rb = b.read_head()
         self.assertStatus(rb, 206)
         b.read_body_until(rb, 100 * K)
@@ -338,6 +422,21 @@ class ReviewFixes(Base):
         o.release.set()
         rb = b.finish_response(rb)# fails: B closed after 100 KiB
         self.assertBody(rb, p, CS, total)
+
+    def test_tail_part_416_then_the_head_part_is_asked(self):
+        # Nobody wants the head part's bytes: it is asked when the 416 ends the other part
+        o, p, total, a = self.end_before_offset("end2")
+        o.go416.set()
+        self.assertTrue(o.holding.wait(10 * H.SLOW))
+        ra = a.read_response()
+        self.assertStatus(ra, 416)
+        b = self.client(timeout=30)
+        b.request(p, headers=[("Range", "bytes=%d-%d" % (CS, total - 1))])
+        rb = b.read_head()
+        self.assertStatus(rb, 206)
+        b.read_body_until(rb, 100 * K)
+        o.release.set()
+        self.assertBody(b.finish_response(rb), p, CS, total)
 
     def test_whole_object_fetch_stores_chunks_after_purge(self):
         cs = 64 * K
