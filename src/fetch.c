@@ -88,7 +88,7 @@ struct fetch {
     struct cache *cache;      /* borrows; with <key>, once the answer is the whole object */
     char *key;                /* owns: the object's cache key */
     size_t key_len;
-    struct chunk *head_ck;    /* ref: a chunk whose head part [0, head_off) is not asked yet */
+    struct chunk *head_ck; /* ref: a chunk whose head part [0, head_off) is not asked yet */
     uint64_t head_off;
 };
 
