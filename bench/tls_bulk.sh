@@ -11,8 +11,11 @@
 # here. Client: curl (--resolve, so the name reaches the relay as SNI; --cacert, so the client
 # verifies the origin's own certificate through the relay). Each run downloads the file direct,
 # then through the relay (tls.override points at the origin), alternating, and the daemon's
-# utime+stime (/proc/PID/stat) is read around each relayed download. -pin: curl on CPU 0, the
-# origin and the daemon on CPU 1 (2-core machines; the default lets the scheduler place them).
+# utime+stime (/proc/PID/stat) is read around each relayed download; the order of the downloads
+# alternates from run to run. -pin: the two TLS endpoints (curl and the origin) on CPU 0, the relay
+# under test (the daemon, nginx) on CPU 1, as bench/run.sh pins load and proxy: the relay takes no
+# CPU from the endpoints, as on a LAN where it is another machine (2-core machines; the default
+# lets the scheduler place them all).
 # -rate: curl's --limit-rate, e.g. 120M for about a Pi's 1 GbE. When Debian's nginx and
 # libnginx-mod-stream are installed, each run also downloads through nginx's stream proxy with
 # ssl_preread (lancache's :443 relay) on the same CPU as the daemon, as the peer.
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
     -runs | --runs) RUNS=${2:?}; shift 2 ;;
     -rate | --rate) RATE=${2:?}; shift 2 ;;
     -pin | --pin) PIN=1; shift ;;
-    *) sed -n '4,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '4,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 for tool in openssl curl python3; do
@@ -67,7 +70,7 @@ OPORT=$(free_port)
 HPORT=$(free_port)
 TPORT=$(free_port)
 NPORT=$(free_port)
-$(cpu1) openssl s_server -accept "127.0.0.1:$OPORT" -cert cert.pem -key key.pem -WWW -quiet \
+$(cpu0) openssl s_server -accept "127.0.0.1:$OPORT" -cert cert.pem -key key.pem -WWW -quiet \
     >origin.log 2>&1 &
 PIDS+=($!)
 mkdir -p cache
@@ -141,29 +144,47 @@ fetch() {
 }
 
 HZ=$(getconf CLK_TCK)
+# How busy CPUs 0 and 1 were between two /proc/stat samples, in % ("c0/c1").
+cpu_sample() { awk '/^cpu[01] / {printf "%s %s ", $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+busy() { # <before> <after>
+    python3 -c "
+a, b = [int(x) for x in '$1'.split()], [int(x) for x in '$2'.split()]
+print('/'.join('%d' % round(100 * (b[i] - a[i]) / max(1, b[i + 1] - a[i + 1])) for i in (0, 2)))"
+}
+
 echo "TLS passthrough bulk download: ${SIZE} MiB, $RUNS runs, pin=$PIN, client rate limit ${RATE:-none} ($(nproc) CPUs)"
-printf '%-5s %14s %14s %8s %16s %14s %8s %16s\n' run "direct MiB/s" "relay MiB/s" ratio \
-    "daemon CPU s/GiB" "nginx MiB/s" ratio "nginx CPU s/GiB"
+printf '%-5s %14s %14s %8s %16s %14s %8s %16s %9s %9s\n' run "direct MiB/s" "relay MiB/s" ratio \
+    "daemon CPU s/GiB" "nginx MiB/s" ratio "nginx CPU s/GiB" "busy d" "busy r"
 ratios=()
 nratios=()
+nspeed=0 nsize=$((SIZE * 1048576)) n0=0 n1=0
 for i in $(seq "$RUNS"); do
-    read -r dspeed dsize < <(fetch "$OPORT")
+    # Direct first in odd runs, last in even ones: a drift of the machine favours neither.
+    direct() {
+        s0=$(cpu_sample)
+        read -r dspeed dsize < <(fetch "$OPORT")
+        dbusy=$(busy "$s0" "$(cpu_sample)")
+    }
+    [ $((i % 2)) = 1 ] && direct
+    s0=$(cpu_sample)
     t0=$(ticks "$DPID")
     read -r rspeed rsize < <(fetch "$TPORT")
     t1=$(ticks "$DPID")
-    nspeed=0 nsize=$((SIZE * 1048576)) n0=0 n1=0
+    rbusy=$(busy "$s0" "$(cpu_sample)")
     if [ -n "$NPID" ]; then
         n0=$(tree_ticks "$NPID")
         read -r nspeed nsize < <(fetch "$NPORT")
         n1=$(tree_ticks "$NPID")
     fi
+    [ $((i % 2)) = 0 ] && direct
     [ "$dsize" = $((SIZE * 1048576)) ] && [ "$rsize" = $((SIZE * 1048576)) ] &&
         [ "$nsize" = $((SIZE * 1048576)) ] ||
         { echo "short download: direct $dsize, relay $rsize, nginx $nsize bytes" >&2; exit 1; }
     line=$(python3 -c "
 d, r, t, hz, mib, n, nt = $dspeed, $rspeed, $t1 - $t0, $HZ, $SIZE, $nspeed, $n1 - $n0
-print('%-5d %14.1f %14.1f %8.3f %16.3f %14.1f %8.3f %16.3f' % ($i, d / 1048576, r / 1048576,
-      r / d, t / hz / (mib / 1024), n / 1048576, n / d, nt / hz / (mib / 1024)))")
+print('%-5d %14.1f %14.1f %8.3f %16.3f %14.1f %8.3f %16.3f %9s %9s' % ($i, d / 1048576,
+      r / 1048576, r / d, t / hz / (mib / 1024), n / 1048576, n / d, nt / hz / (mib / 1024),
+      '$dbusy', '$rbusy'))")
     echo "$line"
     ratios+=("$(echo "$line" | awk '{print $4}')")
     nratios+=("$(echo "$line" | awk '{print $7}')")
