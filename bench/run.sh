@@ -199,7 +199,7 @@ DNS_PORT=$(cat "$DNS_PORTFILE")
 
 start_origin() { # $1 = delay, $2 = rate, $3 = name; sets ORIGIN_PID ORIGIN_PORT
     local pf="$WORK/origin-$3.port"
-    "${PIN_LOAD[@]}" ${ORIGIN_NICE:+nice -n "$ORIGIN_NICE"} "$BENCH_BIN/origin" -d "$1" -r "$2" -P "$pf" -t 7200 \
+    "${PIN_LOAD[@]}" "$BENCH_BIN/origin" -d "$1" -r "$2" -P "$pf" -t 7200 \
         2>>"$WORK/origin-$3.log" &
     ORIGIN_PID=$!
     PIDS+=("$ORIGIN_PID")
