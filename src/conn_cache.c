@@ -108,8 +108,11 @@ static void read_ahead(struct conn *c, uint64_t idx)
     unsigned segs = g_cfg->readahead;
     if (c->force || last <= idx || segs <= 1 || fetch_origin_ignores_ranges(c->auth.ident))
         return; /* (an origin without ranges: the fetch running brings the whole object) */
-    /* Fetches outlive their clients: cap the optional ones so that clients that ask and hang up
-     * cannot pile them up. */
+    /* Only while few fetches run. Many running means many clients on cold data: the origins and
+     * the uplink are busy with what they asked for, and fetching ahead as well would only push
+     * their first bytes back (measured in bench/README), while one or a few clients still get
+     * their downloads multiplied. It also bounds the optional fetches, which outlive their
+     * clients: clients that ask and hang up cannot pile them up. */
     if (fetch_live() >= CONN_MAX_READAHEAD_FETCHES)
         return;
     uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;

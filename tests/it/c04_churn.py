@@ -8,6 +8,7 @@ hits), and (via the harness's teardown) a clean exit, which under ASan means no 
 import random
 
 import harness as H
+from c02_coalesce import Paced
 
 OBJECTS = 520
 CHUNK = 64 * 1024
@@ -70,6 +71,38 @@ class ReadAhead(H.CPTestCase):
         self.assertEqual(sum(b - a + 1 for a, b in spans), 8 * H.MIB, spans)
         self.assertGreaterEqual(len(spans), 2, spans)
         self.assertGreaterEqual(d.status()["readahead_chunks_total"], 1)
+
+    def test_no_read_ahead_while_many_fetches_run(self):
+        # 32 fetches of other objects are held at the origin: the clients' cold data already keeps
+        # it busy, so a cold download now gets no read-ahead, only the chunks its reader reaches
+        busy = 32
+        d = self.setup_proxy({"server": {"admin_listen": "auto", "max_connections": "128"},
+                              "upstream": {"readahead": "4", "max_per_origin": "64"}})
+        held = []
+        for i in range(busy):
+            paced = Paced(H.MIB, hold=(0,), hold_bytes=1000)
+            self.addCleanup(paced.release.set)
+            self.origin.route("/c04/busy/o%d/" % i, paced)
+            p = "/c04/busy/o%d/obj" % i
+            c = self.client(timeout=30)
+            c.request(p)
+            r = c.read_head()
+            c.read_body_until(r, 1)          # its fetch runs, held mid-body
+            held.append((paced, c, r, p))
+        self.assertEqual(d.status()["inflight_fetches"], busy)
+        path = "/c04/busy/big/size/%d" % (4 * H.MIB)
+        x = self.client(timeout=30)
+        x.request(path)
+        rx = x.read_head()
+        x.read_body_until(rx, 1)             # its head step (where read-ahead starts) is done
+        st = d.status()
+        self.assertEqual(st["readahead_chunks_total"], 0, st)
+        self.assertEqual(st["fetches_total"], busy + 1, st)
+        for paced, c, r, p in held:
+            paced.release.set()
+        for paced, c, r, p in held:
+            self.assertBody(c.finish_response(r), p, total=H.MIB)
+        self.assertBody(x.finish_response(rx), path)
 
 
 class Split(H.CPTestCase):
