@@ -97,7 +97,6 @@ class ReadAhead(H.CPTestCase):
         x.read_body_until(rx, 1)             # its head step (where read-ahead starts) is done
         st = d.status()
         self.assertEqual(st["readahead_chunks_total"], 0, st)
-        self.assertEqual(st["fetches_total"], busy + 1, st)
         for paced, c, r, p in held:
             paced.release.set()
         for paced, c, r, p in held:
