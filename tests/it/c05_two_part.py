@@ -80,6 +80,27 @@ class TwoPart(Base):
         self.origin.route("/c05/%s/" % name, paced)
         return d, paced, "/c05/%s/obj" % name
 
+    def assertChunkZeroStored(self, p):
+        """Chunk 0 of <p> is served whole as a HIT, with no request to the origin."""
+        k = self.origin.request_count()
+        r = self.get(p, headers=[("Range", "bytes=0-%d" % (CS - 1))])
+        self.assertBody(r, p, 0, CS)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), k)
+
+    def held_answer(self, name, total):
+        """Client A asks a 1000-byte range at OFF of a cold object whose answer to that request
+        the origin holds (HeldAnswer); returns when the origin has the request."""
+        d = self.setup_proxy()
+        o = HeldAnswer(total, OFF)
+        self.addCleanup(o.answer.set)
+        self.origin.route("/c05/%s/" % name, o)
+        p = "/c05/%s/obj" % name
+        a = self.client()
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.assertTrue(o.asked.wait(10 * H.SLOW))
+        return d, o, p, a
+
     def served_deep(self, total, name):
         """A client's range at OFF, served while the part of chunk 0 before it is held."""
         d, paced, p = self.start(total, name)
@@ -112,24 +133,12 @@ class TwoPart(Base):
         self.assertStatus(r, 200)
         self.assertBody(r, p, total=total)
         self.assertEachChunkOnce(p, total)
-        k = self.origin.request_count()
-        r = self.get(p, headers=[("Range", "bytes=0-%d" % (CS - 1))])
-        self.assertBody(r, p, 0, CS)
-        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
-        self.assertEqual(self.origin.request_count(), k)
+        self.assertChunkZeroStored(p)
 
     def test_head_part_is_asked_once_the_first_part_is_answered(self):
         # The origin holds the answer to the request from the client's offset. The head part
         # would have been asked in the same callback, so one upstream request now means it waits.
-        total = 2 * CS
-        d = self.setup_proxy()
-        o = HeldAnswer(total, OFF)
-        self.addCleanup(o.answer.set)
-        self.origin.route("/c05/order/", o)
-        p = "/c05/order/obj"
-        a = self.client()
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.assertTrue(o.asked.wait(10 * H.SLOW))
+        d, o, p, a = self.held_answer("order", 2 * CS)
         self.assertEqual(d.status()["upstream_requests_total"], 1)
         self.assertEqual(o.starts, [OFF])
         o.answer.set()
@@ -137,24 +146,13 @@ class TwoPart(Base):
         d.settle_fetches()
         self.assertEqual(o.starts, [OFF, 0])
         self.assertEqual(d.status()["fetch_two_part_total"], 1)
-        k = self.origin.request_count()
-        r = self.get(p, headers=[("Range", "bytes=0-%d" % (CS - 1))])
-        self.assertBody(r, p, 0, CS)
-        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
-        self.assertEqual(self.origin.request_count(), k)
+        self.assertChunkZeroStored(p)
 
     def test_reader_before_the_offset_has_the_head_part_asked_at_once(self):
         # B wants the bytes before A's offset while A's answer is still held: B is served from
         # the head part, asked for B, before the origin answers A at all.
         total = 2 * CS
-        self.setup_proxy()
-        o = HeldAnswer(total, OFF)
-        self.addCleanup(o.answer.set)
-        self.origin.route("/c05/hurry/", o)
-        p = "/c05/hurry/obj"
-        a = self.client()
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.assertTrue(o.asked.wait(10 * H.SLOW))
+        d, o, p, a = self.held_answer("hurry", total)
         b = self.client()
         b.request(p, headers=[("Range", "bytes=1000-1999")])
         rb = b.read_response()
