@@ -35,8 +35,53 @@ static const struct h1_field *field(const struct conn *c, const char *name)
     return h1_find(c->req_head, c->req.fields, c->req.n_fields, name);
 }
 
+static bool is_chain_field(const struct conn *c, const struct h1_field *f)
+{
+    return f->value.len > 0 &&
+           util_ieq(c->req_head + f->name.off, f->name.len, "X-LanCache-Processed-By");
+}
+
+/*
+ * The chain of caches before us, for the origin (or a parent cache) to see: the value of the
+ * request's X-LanCache-Processed-By field, or its fields joined with ", " when there are several
+ * (made once per request, in c->chain). NULL when it has none.
+ */
+static const char *processed_by(struct conn *c, size_t *len)
+{
+    const struct h1_field *one = NULL;
+    size_t n = 0, total = 0;
+    for (unsigned i = 0; i < c->req.n_fields; i++) {
+        if (is_chain_field(c, &c->req.fields[i])) {
+            one = &c->req.fields[i];
+            n++;
+            total += one->value.len + 2;
+        }
+    }
+    if (n <= 1) {
+        *len = one != NULL ? one->value.len : 0;
+        return one != NULL ? c->req_head + one->value.off : NULL;
+    }
+    if (c->chain == NULL) {
+        char *p = c->chain = xmalloc(total);
+        for (unsigned i = 0; i < c->req.n_fields; i++) {
+            const struct h1_field *f = &c->req.fields[i];
+            if (!is_chain_field(c, f))
+                continue;
+            if (p != c->chain) {
+                memcpy(p, ", ", 2);
+                p += 2;
+            }
+            memcpy(p, c->req_head + f->value.off, f->value.len);
+            p += f->value.len;
+        }
+        *p = '\0';
+    }
+    *len = strlen(c->chain);
+    return c->chain;
+}
+
 /* The origin to fetch from, borrowing the request's strings (fetch_start copies them). */
-static void origin_of(const struct conn *c, struct fetch_origin *o)
+static void origin_of(struct conn *c, struct fetch_origin *o)
 {
     const struct h1_field *ua = field(c, "User-Agent");
     memset(o, 0, sizeof(*o));
@@ -50,12 +95,7 @@ static void origin_of(const struct conn *c, struct fetch_origin *o)
         o->user_agent = c->req_head + ua->value.off;
         o->ua_len = ua->value.len;
     }
-    /* The chain of caches before us, for the origin (or a parent cache) to see. */
-    const struct h1_field *pb = field(c, "X-LanCache-Processed-By");
-    if (pb != NULL) {
-        o->processed_by = c->req_head + pb->value.off;
-        o->processed_by_len = pb->value.len;
-    }
+    o->processed_by = processed_by(c, &o->processed_by_len);
 }
 
 /* Lets go of the current chunk, and of any wait on it (a wake may still be pending). */
@@ -205,6 +245,8 @@ void conn_cache_reset(struct conn *c)
     drop_chunk(c);
     free(c->objkey);
     c->objkey = NULL;
+    free(c->chain);
+    c->chain = NULL;
     c->cached = false;
     c->force = false;
     c->first_miss = false;

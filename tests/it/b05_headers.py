@@ -35,6 +35,15 @@ class Headers(H.CPTestCase):
         self.assertIn("other-cache", pb)
         self.assertIn(H.HOSTNAME, pb)
 
+    def test_processed_by_chain_of_several_fields_kept_on_a_fill(self):
+        # two caches before us, each with its own field: a cache fill carries the whole chain
+        r = self.get("/b05/chain/size/10", headers=[("X-LanCache-Processed-By", "cache-a"),
+                                                     ("X-LanCache-Processed-By", "cache-b")])
+        self.assertStatus(r, 200)
+        req = self.origin.last()
+        self.assertEqual(req.header_all("X-LanCache-Processed-By"),
+                         ["cache-a, cache-b, %s" % H.HOSTNAME])
+
     def test_request_built_afresh(self):
         r = self.get("/b05/c/size/10", headers=[
             ("Cookie", "session=secret"), ("X-Client-Junk", "1"),
