@@ -189,6 +189,8 @@ bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len);
 /* Commits them (cache_chunk_fits must hold; memory reserved); joins the parts when they meet. */
 void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len);
 void cache_chunk_seal(struct chunk *ck);
+/* Wakes the chunk's waiters (soon, not from inside) though nothing changed: they look again. */
+void cache_chunk_poke(struct chunk *ck);
 void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
 
 /*

@@ -1174,6 +1174,12 @@ uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off)
     return 0;
 }
 
+void cache_chunk_poke(struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    chunk_notify(ck);
+}
+
 void cache_chunk_seal(struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);

@@ -867,6 +867,9 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
     ck->refs++;
     g->head_off = off;
     g_stats.fetch_two_part++;
+    /* Readers may already wait on <ck> (a disk lookup, a run that could not be cut then): they
+     * waited before there was a head part to ask, so let them look again (fetch_hurry). */
+    cache_chunk_poke(ck);
     if (route)
         fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
 }
@@ -894,7 +897,8 @@ static void release_head_part(struct fetch *g)
     h->pos = start;
     h->last = start + g->head_off - 1;
     h->next_index = ck->index + 1;
-    h->hops = g->hops;
+    h->hops = g->hops - (g->location != NULL ? 1 : 0); /* (a redirect g has not followed yet:
+                                                          * h asks g's URL and meets it too) */
     fetch_go_like(h, g);
 }
 
