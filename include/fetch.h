@@ -73,9 +73,10 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
  * upstream requests: one from <off> to the chunk's end, at once (the reader's first byte comes
  * one origin round trip after its request, not after the bytes before it have streamed by),
  * and the head part [0, off) once that request is answered, or as soon as a reader waits for a
- * byte before <off> (fetch_hurry). So the origin gets the request a reader waits for first,
- * alone, and none for the head part when the first answer fails the chunk. Every byte is still
- * fetched once. Otherwise as fetch_start(&ck, 1, o).
+ * byte before <off> (fetch_hurry; the chunk's waiters are woken when it becomes two-part, so
+ * that those who came earlier ask too). So the origin gets the request a reader waits for
+ * first, alone, and none for the head part when the first answer fails the chunk. Every byte is
+ * still fetched once. Otherwise as fetch_start(&ck, 1, o).
  */
 #define FETCH_TWO_PART_MIN (64 * 1024)
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);

@@ -112,8 +112,9 @@ static void on_chunk_wake(struct chunk_waiter *w)
     conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
 }
 
-/* Waits for byte <off> of the current chunk, filling: first makes it come sooner if it can (a
- * reader can come before the chunk's fetch exists, during a disk lookup: so at every wait). */
+/* Waits for byte <off> of the current chunk, filling: first makes it come sooner if it can. At
+ * every wait: the chunk's fetch may not have existed at the last one (a disk lookup), and a
+ * chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
 static void wait_chunk(struct conn *c, uint64_t off)
 {
     fetch_hurry(c->ck, off);

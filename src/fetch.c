@@ -897,8 +897,8 @@ static void release_head_part(struct fetch *g)
     h->pos = start;
     h->last = start + g->head_off - 1;
     h->next_index = ck->index + 1;
-    h->hops = g->hops - (g->location != NULL ? 1 : 0); /* (a redirect g has not followed yet:
-                                                          * h asks g's URL and meets it too) */
+    /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
+    h->hops = g->hops - (g->location != NULL ? 1 : 0);
     fetch_go_like(h, g);
 }
 
@@ -982,6 +982,8 @@ bool fetch_hurry(struct chunk *ck, uint64_t off)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     if (f->head_ck == ck && off < f->head_off) {
+        if (f->discard && f->location == NULL && !f->past_end)
+            return false; /* its answer fails the chunk once read away: nothing to ask */
         release_head_part(f);
         return true;
     }

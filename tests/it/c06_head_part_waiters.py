@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""c06 (review of the deferred head part, 8d92ddf): a two-part chunk's head part must be asked
-for any reader that waits for a byte before the offset, and must follow a redirect chain as a
-fetch of its own would. Ordering is made certain by the origin (answers held on events) and by
+"""c06: the held-back head part of a two-part chunk (see c05) is asked for any reader that waits
+for a byte before the offset, also one that began to wait before the chunk was two-part (during
+its disk lookup, or behind a run that could not be cut yet), and it follows a redirect chain as a
+fetch of its own would (found in review, each failed before the fix). Ordering is made certain by the origin (answers held on events) and by
 the daemon's own log (a client's request has been handled once its state change is logged: the
 loop is single-threaded), never by timing."""
 
@@ -16,9 +17,13 @@ CS = H.MIB
 OFF = 700000
 
 
-def start_of(ex, total):
-    rng = H.parse_range(ex.req.header("Range"), total)
+def start_of_req(req, total):
+    rng = H.parse_range(req.header("Range"), total)
     return rng[0] if isinstance(rng, tuple) else 0
+
+
+def start_of(ex, total):
+    return start_of_req(ex.req, total)
 
 
 class Chain:
@@ -80,7 +85,30 @@ class HoldStarts(Paced):
         super().__call__(ex)
 
 
-class HeadPartReview(Base):
+class ErrorHeld:
+    """The request starting at byte <at> gets a 404 whose 10-byte body is held after 5 bytes
+    until .drain (.holding set then); every other request gets a plain 404."""
+
+    def __init__(self, total, at):
+        self.total = total
+        self.at = at
+        self.holding = threading.Event()
+        self.drain = threading.Event()
+
+    def __call__(self, ex):
+        if start_of(ex, self.total) != self.at:
+            ex.send(404, b"not here!!")
+            return
+        ex.send_head(404, [("Content-Length", "10")])
+        ex.write(b"not h")
+        self.holding.set()
+        while not self.drain.wait(0.05):
+            if ex.origin.stopping.is_set():
+                return
+        ex.write(b"ere!!")
+
+
+class HeadPartWaiters(Base):
     LONG = {"upstream": {"first_byte_timeout": "30s", "read_timeout": "30s"},
             "server": {"send_timeout": "30s"}}
 
@@ -128,6 +156,28 @@ class HeadPartReview(Base):
         self.assertStatus(ra, 206)
         self.assertBody(ra, final, OFF, OFF + 1000)
 
+    def test_no_head_part_for_an_answer_that_fails_the_chunk(self):
+        # A's request is answered 404 (uncacheable: the chunk fails once its body is read away).
+        # B, wanting bytes before A's offset meanwhile, must not have the head part asked.
+        total = 2 * CS
+        d = self.setup_proxy(self.LONG)
+        o = ErrorHeld(total, OFF)
+        self.addCleanup(o.drain.set)
+        self.origin.route("/c06/err/", o)
+        p = "/c06/err/obj"
+        a = self.client(timeout=30)
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.assertTrue(o.holding.wait(10 * H.SLOW))
+        b = self.client(timeout=30)
+        b.request(p, headers=[("Range", "bytes=1000-1999")])
+        self.wait_handled(b)
+        self.assertEqual(d.status()["upstream_requests_total"], 1)
+        o.drain.set()
+        self.assertStatus(a.read_response(), 404)
+        self.assertStatus(b.read_response(), 404)
+        starts = sorted(start_of_req(r, total) for r in self.origin.requests)
+        self.assertNotIn(0, starts, "the head part was asked: %r" % starts)
+
     def test_reader_waiting_before_the_split_has_the_head_part_asked(self):
         # R's read-ahead run [1..3] is answered by a redirect whose body the origin holds, so B
         # (bytes 1000.. of chunk 3) cannot cut the run and waits. Once the run follows the
@@ -142,19 +192,11 @@ class HeadPartReview(Base):
         fin = HoldStarts(total, holds=(CS, lo))
         for e in fin.go.values():
             self.addCleanup(e.set)
-        self.origin.route("/c06/sp/final", fin)
-        redir = Chain("/c06/sp/", total, at=CS, hops=1)
+        redir = Chain("/c06/sp/", total, at=CS, hops=1)      # obj redirects to h1
         self.addCleanup(redir.drain.set)
-
-        def to_final(ex):       # every request for obj is redirected to final
-            if ex.req.path.endswith("/h1"):
-                return fin(ex)
-            return redir(ex)
-        self.origin.route("/c06/sp/", to_final)
-        p, fp = "/c06/sp/obj", "/c06/sp/h1"
-        fin_path = fp
-        # (final content lives at /c06/sp/h1: route it to the held origin)
-        self.origin.routes.insert(0, ("/c06/sp/h1", fin))
+        self.origin.route("/c06/sp/h1", fin)
+        self.origin.route("/c06/sp/", redir)
+        p, fin_path = "/c06/sp/obj", "/c06/sp/h1"
         r = self.client(timeout=60)
         r.request(p, headers=[("Range", "bytes=0-%d" % (6 * CS - 1))])
         rr = r.read_head()
@@ -177,7 +219,6 @@ class HeadPartReview(Base):
         ra = a.read_response()
         self.assertBody(ra, fin_path, lo, lo + 1000)
         self.assertBody(r.finish_response(rr), fin_path, 0, 6 * CS)
-
 
     def test_reader_joining_a_disk_lookup_has_the_head_part_asked(self):
         # Chunk 0's file is found unusable by the lookup (a FIFO where the file was: the I/O
