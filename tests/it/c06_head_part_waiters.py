@@ -117,6 +117,19 @@ class HeadPartWaiters(Base):
         mark = "127.0.0.1:%d CONN_S_READ_HEAD -> CONN_S_CACHE_HEAD" % c.local_port
         H.wait_until(lambda: mark in self.daemon.log(), 10 * H.SLOW, what=mark)
 
+    def a_held_then_b(self, name, o):
+        """A asks a range at OFF of /c06/<name>/obj, whose answer <o> holds mid-body (.holding,
+        released by .drain); then B asks bytes 1000-1999 of it, before A's offset."""
+        self.addCleanup(o.drain.set)
+        self.origin.route("/c06/%s/" % name, o)
+        p = "/c06/%s/obj" % name
+        a = self.client(timeout=30)
+        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
+        self.assertTrue(o.holding.wait(10 * H.SLOW))
+        b = self.client(timeout=30)
+        b.request(p, headers=[("Range", "bytes=1000-1999")])
+        return a, b
+
     def test_redirect_chain_of_five_alone(self):
         # control: the 5-redirect chain is within the limit for an ordinary two-part fill
         total = 2 * CS
@@ -140,14 +153,7 @@ class HeadPartWaiters(Base):
         final = "/c06/rd/h5"
         self.origin.route(final, Paced(total, hold=()))
         o = Chain("/c06/rd/", total, at=OFF)
-        self.addCleanup(o.drain.set)
-        self.origin.route("/c06/rd/", o)
-        p = "/c06/rd/obj"
-        a = self.client(timeout=30)
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.assertTrue(o.holding.wait(10 * H.SLOW))
-        b = self.client(timeout=30)
-        b.request(p, headers=[("Range", "bytes=1000-1999")])
+        a, b = self.a_held_then_b("rd", o)
         rb = b.read_response()
         self.assertStatus(rb, 206)   # 502 when the head part counts A's redirect twice
         self.assertBody(rb, final, 1000, 2000)
@@ -162,14 +168,7 @@ class HeadPartWaiters(Base):
         total = 2 * CS
         d = self.setup_proxy(self.LONG)
         o = ErrorHeld(total, OFF)
-        self.addCleanup(o.drain.set)
-        self.origin.route("/c06/err/", o)
-        p = "/c06/err/obj"
-        a = self.client(timeout=30)
-        a.request(p, headers=[("Range", "bytes=%d-%d" % (OFF, OFF + 999))])
-        self.assertTrue(o.holding.wait(10 * H.SLOW))
-        b = self.client(timeout=30)
-        b.request(p, headers=[("Range", "bytes=1000-1999")])
+        a, b = self.a_held_then_b("err", o)
         self.wait_handled(b)
         self.assertEqual(d.status()["upstream_requests_total"], 1)
         o.drain.set()
