@@ -158,13 +158,14 @@ printf '%-5s %14s %14s %8s %16s %14s %8s %16s %9s %9s\n' run "direct MiB/s" "rel
 ratios=()
 nratios=()
 nspeed=0 nsize=$((SIZE * 1048576)) n0=0 n1=0
+direct() { # the direct download: sets dspeed, dsize, dbusy
+    local s0
+    s0=$(cpu_sample)
+    read -r dspeed dsize < <(fetch "$OPORT")
+    dbusy=$(busy "$s0" "$(cpu_sample)")
+}
 for i in $(seq "$RUNS"); do
     # Direct first in odd runs, last in even ones: a drift of the machine favours neither.
-    direct() {
-        s0=$(cpu_sample)
-        read -r dspeed dsize < <(fetch "$OPORT")
-        dbusy=$(busy "$s0" "$(cpu_sample)")
-    }
     [ $((i % 2)) = 1 ] && direct
     s0=$(cpu_sample)
     t0=$(ticks "$DPID")
