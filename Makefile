@@ -11,7 +11,7 @@ PYTHON     ?= python3
 # Debian packages the build and the tests need; `make deps` installs the missing ones
 # (python3-fusepy and fuse3: the FUSE filesystem of the disk read-error tests, tests/it/eiofs.py).
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
-            libc-ares-dev libxxhash-dev python3 clang-format curl valgrind \
+            libc-ares-dev libxxhash-dev libjansson-dev python3 clang-format curl valgrind \
             python3-fusepy fuse3
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
@@ -20,8 +20,8 @@ ifneq ($(CI),)
 WARN += -Werror
 endif
 
-PKG_CFLAGS = $(shell pkg-config --cflags libcares inih 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs libcares inih 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags libcares inih jansson 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs libcares inih jansson 2>/dev/null)
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
 
 OPT      ?= -O2

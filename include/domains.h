@@ -44,7 +44,8 @@ struct domains;
  * paths must be relative and must not contain "..". Sizes are bounded (cache_domains.json 1 MiB,
  * each list 16 MiB, JSON nesting 32 levels).
  * Returns a new struct domains (free with domains_free) or NULL with <err> set to
- * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read).
+ * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read; a JSON syntax error, as
+ * libjansson words it, ends with " (column C)").
  */
 struct domains *domains_load(const char *dir, char *err, size_t errlen)
     __attribute__((warn_unused_result));
