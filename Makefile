@@ -43,7 +43,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 .SECONDARY:
 
 .PHONY: all run test asan bench fuzz soak cross install uninstall clean deps unit it check-headers \
-        check-format test-bins
+        check-format check-layers test-bins
 
 all: $(BUILD)/cacheparty
 
@@ -114,6 +114,14 @@ check-headers:
 	    printf '#include "%s"\n' $$(basename $$h) > $(BUILD)/hdr/t.c; \
 	    $(CC) $(CFLAGS_ALL) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header not self-contained: $$h"; exit 1; }; \
 	done
+
+# No include cycle between modules of src/ and include/, and every include points down the layer
+# order written at the top of tests/check_layers.py (which also says how to read its output).
+# LAYERS_ALLOW="a->b ..." exempts edges while they are being removed. Not yet run by `test`:
+# cache.c still includes fetch.h (a cycle being removed); add it beside check-headers then.
+LAYERS_ALLOW ?=
+check-layers:
+	@$(PYTHON) tests/check_layers.py $(foreach e,$(LAYERS_ALLOW),--allow '$(e)')
 
 # Formatting follows the checked-in .clang-format (STYLE.md §9).
 FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c bench/*.c bench/*.h)
