@@ -107,7 +107,7 @@ asan: deps
 	BUILD=build/asan CP_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(PYTHON) tests/run_all.py
 
-# Every public header compiles on its own (STYLE.md §7).
+# Every public header compiles on its own: it includes what it uses.
 check-headers:
 	@mkdir -p $(BUILD)/hdr
 	@for h in include/*.h; do \
@@ -123,7 +123,7 @@ LAYERS_ALLOW ?=
 check-layers:
 	@$(PYTHON) tests/check_layers.py $(foreach e,$(LAYERS_ALLOW),--allow '$(e)')
 
-# Formatting follows the checked-in .clang-format (STYLE.md §9).
+# Formatting follows the checked-in .clang-format.
 FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c bench/*.c bench/*.h)
 check-format:
 	@clang-format --dry-run --Werror $(FORMAT_SRC) || \

@@ -313,7 +313,7 @@ static void test_domains_match_lookalikes_refused(void **state)
         match_is(g_sample, hosts[i], NULL);
 }
 
-/* The caller lowercases and strips the trailing dot (CONTRACT.md §4): this module does not. */
+/* The caller lowercases and strips the trailing dot (h1_authority_parse): this module does not. */
 static void test_domains_match_host_not_normalised_no_match(void **state)
 {
     char long_host[300];
