@@ -20,7 +20,6 @@
  */
 #include "domains.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -34,9 +33,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "domains_int.h"
 #include "util.h"
 
-#define DOMAINS_MAGIC 0x646f6d73u
 #define DOMAINS_JSON_FILE "cache_domains.json"
 #define DOMAINS_JSON_MAX ((size_t)1 << 20)
 #define DOMAINS_LIST_MAX ((size_t)16 << 20)
@@ -45,26 +44,6 @@
 #define DOMAINS_LABEL_MAX 63
 #define DOMAINS_FNV_OFFSET 0xcbf29ce484222325ull
 #define DOMAINS_FNV_PRIME 0x100000001b3ull
-
-struct dom_entry {
-    uint64_t hash; /* name_hash() of the name (the base, for a wildcard) */
-    uint32_t off;  /* name = pool + off, NUL-terminated */
-    uint32_t svc;  /* index in services[] */
-    uint16_t len;
-    bool wild; /* "*.name": subdomains of name only */
-};
-
-struct domains {
-    unsigned magic;
-    char **services; /* owns: the names, in cache_domains.json order */
-    size_t n_services;
-    char *pool; /* owns: the entries' names */
-    size_t pool_len, pool_cap;
-    struct dom_entry *entries; /* owns: load order, deduplicated */
-    size_t n_entries, cap_entries;
-    uint32_t *slots; /* owns: entry index + 1, 0 = empty; n_slots is a power of two */
-    size_t n_slots;
-};
 
 /* ---- errors and files ---- */
 
@@ -418,7 +397,7 @@ static bool jmember(const struct jspan *obj, const char *key, struct jspan *out,
 /* ---- the table ---- */
 
 /* FNV-1a from the last byte to the first (see the file comment). */
-static uint64_t name_hash(const char *s, size_t len)
+uint64_t domains_name_hash(const char *s, size_t len)
 {
     uint64_t h = DOMAINS_FNV_OFFSET;
 
@@ -434,8 +413,8 @@ static size_t slot_of(uint64_t h)
     return (size_t)(h ^ (h >> 29));
 }
 
-static const struct dom_entry *lookup(const struct domains *d, const char *s, size_t len,
-                                      uint64_t h, bool wild)
+const struct dom_entry *domains_entry_find(const struct domains *d, const char *s, size_t len,
+                                           uint64_t h, bool wild)
 {
     size_t mask;
 
@@ -468,11 +447,11 @@ static void slot_insert(uint32_t *slots, size_t n_slots, uint64_t h, uint32_t v)
 /* Adds (<name>[0..len), <wild>) for service <svc> unless already listed. Returns 0 or -ENOSPC. */
 static int add_entry(struct domains *d, const char *name, size_t len, bool wild, uint32_t svc)
 {
-    uint64_t h = name_hash(name, len);
+    uint64_t h = domains_name_hash(name, len);
     struct dom_entry *e;
 
     ASSERT(len > 0 && len <= DOMAINS_NAME_MAX);
-    if (lookup(d, name, len, h, wild) != NULL)
+    if (domains_entry_find(d, name, len, h, wild) != NULL)
         return 0; /* first service wins */
     if (d->pool_len + len + 1 > UINT32_MAX || d->n_entries >= UINT32_MAX / 4)
         return -ENOSPC;
@@ -859,14 +838,14 @@ const char *domains_match(const struct domains *d, const char *host)
         if (c == '.') {
             /* h is the hash of host[i+1..]: "*.<that suffix>" covers host. Suffixes come
              * shortest first, so the last hit is the most specific wildcard. */
-            e = lookup(d, host + i + 1, len - i - 1, h, true);
+            e = domains_entry_find(d, host + i + 1, len - i - 1, h, true);
             if (e != NULL)
                 best = e;
         }
         h ^= c;
         h *= DOMAINS_FNV_PRIME;
     }
-    e = lookup(d, host, len, h, false);
+    e = domains_entry_find(d, host, len, h, false);
     if (e != NULL)
         best = e;
     return best != NULL ? d->services[best->svc] : NULL;
@@ -924,141 +903,4 @@ void domains_counts(const struct domains *d, size_t *services, size_t *names)
         *services = d != NULL ? d->n_services : 0;
     if (names != NULL)
         *names = d != NULL ? d->n_entries : 0;
-}
-
-/* ---- DNS export ---- */
-
-static const char *const dns_format_names[] = {
-    [DOMAINS_DNS_DNSMASQ] = "dnsmasq",
-    [DOMAINS_DNS_UNBOUND] = "unbound",
-    [DOMAINS_DNS_HOSTS] = "hosts",
-    [DOMAINS_DNS_RPZ] = "rpz",
-};
-
-int domains_dns_format_parse(const char *s, enum domains_dns_format *out)
-{
-    for (size_t i = 0; s != NULL && i < ARRAY_SIZE(dns_format_names); i++) {
-        if (strcmp(s, dns_format_names[i]) == 0) {
-            *out = (enum domains_dns_format)i;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-const char *domains_dns_format_name(enum domains_dns_format fmt)
-{
-    ASSERT((size_t)fmt < ARRAY_SIZE(dns_format_names));
-    return dns_format_names[fmt];
-}
-
-/*
- * True if a strict ancestor of <name> (a suffix starting after one of its dots) is listed: as a
- * wildcard base, or also as an exact name unless <wild_only>.
- */
-static bool ancestor_listed(const struct domains *d, const char *name, size_t len, bool wild_only)
-{
-    for (size_t i = 0; i < len; i++) {
-        const char *s = name + i + 1;
-        size_t slen = len - i - 1;
-        uint64_t h;
-
-        if (name[i] != '.')
-            continue;
-        h = name_hash(s, slen);
-        if (lookup(d, s, slen, h, true) != NULL)
-            return true;
-        if (!wild_only && lookup(d, s, slen, h, false) != NULL)
-            return true;
-    }
-    return false;
-}
-
-/* The line for entry <e> in <fmt>, or nothing when another line already covers it. */
-static void dns_entry(const struct domains *d, const struct dom_entry *e, const char *ip,
-                      const char *rr, enum domains_dns_format fmt, FILE *out)
-{
-    const char *name = d->pool + e->off;
-    bool twin = !e->wild && lookup(d, name, e->len, e->hash, true) != NULL;
-
-    switch (fmt) {
-    case DOMAINS_DNS_DNSMASQ:
-        /* address=/x/ answers x and all below it: one line per topmost listed name. */
-        if (twin || ancestor_listed(d, name, e->len, false))
-            return;
-        fprintf(out, "address=/%s/%s\n", name, ip);
-        return;
-    case DOMAINS_DNS_UNBOUND:
-        /* A redirect zone answers its apex and all below; unbound refuses local-data below a
-         * redirect zone's apex, so names under a listed wildcard are left to the zone. */
-        if (twin || ancestor_listed(d, name, e->len, true))
-            return;
-        if (e->wild)
-            fprintf(out, "    local-zone: \"%s.\" redirect\n", name);
-        fprintf(out, "    local-data: \"%s. %s %s\"\n", name, rr, ip);
-        return;
-    case DOMAINS_DNS_HOSTS:
-        if (e->wild)
-            fprintf(out, "# skipped wildcard *.%s (a hosts file cannot express it)\n", name);
-        else
-            fprintf(out, "%s %s\n", ip, name);
-        return;
-    case DOMAINS_DNS_RPZ:
-        fprintf(out, "%s%s %s %s\n", e->wild ? "*." : "", name, rr, ip);
-        return;
-    }
-    WRONG("bad dns format");
-}
-
-int domains_dns_export(const struct domains *d, const char *ip, enum domains_dns_format fmt,
-                       FILE *out)
-{
-    static const unsigned char zero[16];
-    unsigned char addr[16];
-    char canon[INET6_ADDRSTRLEN];
-    const char *rr, *comment;
-    size_t svc = SIZE_MAX;
-    int af;
-
-    if (ip == NULL)
-        return -EINVAL;
-    af = inet_pton(AF_INET, ip, addr) == 1 ? AF_INET : AF_INET6;
-    if (af == AF_INET6 && inet_pton(AF_INET6, ip, addr) != 1)
-        return -EINVAL;
-    if (memcmp(addr, zero, af == AF_INET ? 4 : 16) == 0)
-        return -EINVAL;
-    if (inet_ntop(af, addr, canon, sizeof(canon)) == NULL)
-        return -EINVAL;
-    if ((size_t)fmt >= ARRAY_SIZE(dns_format_names))
-        return -EINVAL;
-    if (d == NULL)
-        return -ENOENT;
-    CHECK_OBJ(d, DOMAINS_MAGIC);
-    rr = af == AF_INET ? "A" : "AAAA";
-    comment = fmt == DOMAINS_DNS_RPZ ? ";" : "#";
-
-    fprintf(out, "%s generated by cacheparty dns --ip %s --format %s\n", comment, canon,
-            dns_format_names[fmt]);
-    if (fmt == DOMAINS_DNS_UNBOUND)
-        fprintf(out, "server:\n");
-    if (fmt == DOMAINS_DNS_RPZ) {
-        fprintf(out, "; named.conf: response-policy { zone \"rpz.cacheparty\"; }; and\n"
-                     "; zone \"rpz.cacheparty\" { type primary; file \"db.rpz.cacheparty\"; };\n"
-                     "$TTL 60\n"
-                     "@ IN SOA localhost. root.localhost. 1 3600 600 86400 60\n"
-                     "@ IN NS localhost.\n");
-    }
-    for (size_t i = 0; i < d->n_entries; i++) {
-        const struct dom_entry *e = &d->entries[i];
-
-        if (e->svc != svc) {
-            svc = e->svc;
-            fprintf(out, "%s%s %s\n", fmt == DOMAINS_DNS_UNBOUND ? "    " : "", comment,
-                    d->services[svc]);
-        }
-        dns_entry(d, e, canon, rr, fmt, out);
-    }
-    if (fflush(out) != 0 || ferror(out))
-        return -EIO;
-    return 0;
 }
