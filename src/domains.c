@@ -217,21 +217,27 @@ static void printable(char *dst, size_t dstlen, const char *s)
 /*
  * Checks that <text>[0..len) is one JSON value (RFC 8259, UTF-8, strings without \u0000) nested
  * at most DOMAINS_JSON_DEPTH levels. libjansson does the checking (its own nesting cap,
- * JSON_PARSER_MAX_DEPTH, is far above ours and keeps its recursion bounded); of a nesting
- * error and a syntax error, the one earlier in the text is reported. Returns 0, or -1 with
- * <err> set to "FILE:LINE: message (column C)".
+ * JSON_PARSER_MAX_DEPTH, is far above ours and keeps its recursion bounded). Two things are
+ * checked here as well: the nesting, and NUL bytes, which jansson 2.14 lets pass after a number
+ * ("[1\0]") although no JSON text holds one. Of those and a syntax error, the one earlier in the
+ * text is reported. Returns 0, or -1 with <err> set to "FILE:LINE: message (column C)".
  */
 static int json_check(const char *json_path, const char *text, size_t len, char *err, size_t errlen)
 {
     size_t deep = too_deep_at(text, len);
+    const char *nul = memchr(text, '\0', len);
+    size_t bad = nul != NULL && (size_t)(nul - text) < deep ? (size_t)(nul - text) : deep;
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     char msg[sizeof(je.text) * 4];
 
     json_decref(root);
-    if (deep < len && (root != NULL || je.position < 0 || (size_t)je.position > deep)) {
-        set_err(err, errlen, json_path, line_at(text, deep), "nesting deeper than %d levels",
-                DOMAINS_JSON_DEPTH);
+    if (bad < len && (root != NULL || je.position < 0 || (size_t)je.position > bad)) {
+        if (bad == deep)
+            set_err(err, errlen, json_path, line_at(text, bad), "nesting deeper than %d levels",
+                    DOMAINS_JSON_DEPTH);
+        else
+            set_err(err, errlen, json_path, line_at(text, bad), "NUL byte");
         return -1;
     }
     if (root != NULL)

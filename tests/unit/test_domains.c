@@ -658,6 +658,11 @@ static void test_domains_load_json_nesting_and_encoding_refused(void **state)
         deep[o++] = '[';
     deep[o] = '\0';
     json_err(t->dir, deep, "1: ':' expected near '[' (column 6)");
+    /* No NUL byte anywhere (jansson alone would let one pass after a number). */
+    write_file_len(t->dir, "cache_domains.json", "{\"a\": 1\0, \"cache_domains\": []}", 30);
+    load_err(t->dir, "cache_domains.json:1: NUL byte");
+    write_file_len(t->dir, "cache_domains.json", "{\"a\" 1\0}", 8);
+    load_err(t->dir, "cache_domains.json:1: ':' expected near '1' (column 6)");
     /* Strings must be UTF-8. */
     json_err(t->dir, "{\"a\": \"\xff\"}", "1: unable to decode byte 0xff near '\"' (column 7)");
 }
