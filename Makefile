@@ -11,7 +11,7 @@ PYTHON     ?= python3
 # Debian packages the build and the tests need; `make deps` installs the missing ones
 # (python3-fusepy and fuse3: the FUSE filesystem of the disk read-error tests, tests/it/eiofs.py).
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
-            libc-ares-dev libxxhash-dev python3 clang-format curl valgrind \
+            libc-ares-dev libxxhash-dev libjansson-dev python3 clang-format curl valgrind \
             python3-fusepy fuse3
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
@@ -20,8 +20,8 @@ ifneq ($(CI),)
 WARN += -Werror
 endif
 
-PKG_CFLAGS = $(shell pkg-config --cflags libcares inih 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs libcares inih 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags libcares inih jansson 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs libcares inih jansson 2>/dev/null)
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
 
 OPT      ?= -O2
@@ -43,7 +43,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 .SECONDARY:
 
 .PHONY: all run test asan bench fuzz soak cross install uninstall clean deps unit it check-headers \
-        check-format test-bins
+        check-format check-layers test-bins
 
 all: $(BUILD)/cacheparty
 
@@ -107,7 +107,7 @@ asan: deps
 	BUILD=build/asan CP_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(PYTHON) tests/run_all.py
 
-# Every public header compiles on its own (STYLE.md §7).
+# Every public header compiles on its own: it includes what it uses.
 check-headers:
 	@mkdir -p $(BUILD)/hdr
 	@for h in include/*.h; do \
@@ -115,7 +115,15 @@ check-headers:
 	    $(CC) $(CFLAGS_ALL) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header not self-contained: $$h"; exit 1; }; \
 	done
 
-# Formatting follows the checked-in .clang-format (STYLE.md §9).
+# No include cycle between modules of src/ and include/, and every include points down the layer
+# order written at the top of tests/check_layers.py (which also says how to read its output).
+# LAYERS_ALLOW="a->b ..." exempts edges while they are being removed. Not yet run by `test`:
+# cache.c still includes fetch.h (a cycle being removed); add it beside check-headers then.
+LAYERS_ALLOW ?=
+check-layers:
+	@$(PYTHON) tests/check_layers.py $(foreach e,$(LAYERS_ALLOW),--allow '$(e)')
+
+# Formatting follows the checked-in .clang-format.
 FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c bench/*.c bench/*.h)
 check-format:
 	@clang-format --dry-run --Werror $(FORMAT_SRC) || \

@@ -7,7 +7,7 @@
  *   "REFERER" "USER_AGENT" "CACHE_STATUS" "HOST" "RANGE"
  *
  * An absent value is "-"; a '"' inside a value is written as '\'' and control bytes as '?', so
- * every line still matches the contract's regular expression. Lines are appended to a buffer that
+ * every line keeps the 15 fields of the format above. Lines are appended to a buffer that
  * access_flush() writes (main calls it once per loop iteration, and it is flushed when full), so
  * logging never issues one write per request. Owns: the file descriptor and the buffer.
  */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * domains: a uklans/cache-domains checkout -> host matcher -> cache identifier (CONTRACT.md §3,
- * §4 "Cache identifier"), and the LAN DNS overrides of `cacheparty dns` (CONTRACT.md §2).
+ * domains: a uklans/cache-domains checkout -> host matcher -> cache identifier (docs/interfaces.md,
+ * "The cache-domains lists", "Cache identifier and key"), and the overrides of `cacheparty dns`.
  *
  * A struct domains is built once by domains_load() and immutable afterwards: every lookup is
  * read-only, allocation-free and O(labels of the host). It owns all of its strings; names it
@@ -16,7 +16,7 @@
  *   shorter one. The same entry listed by two services belongs to the first service in
  *   cache_domains.json (later copies are ignored and not counted).
  * - Hosts are compared byte for byte: the caller passes the authority's host lowercased, with one
- *   trailing dot removed and without a port (CONTRACT.md §4). "A.Steamcontent.com" or
+ *   trailing dot removed and without a port (h1_authority_parse). "A.Steamcontent.com" or
  *   "a.steamcontent.com." never match. Hosts with empty labels never match.
  */
 #ifndef CACHEPARTY_DOMAINS_H
@@ -44,7 +44,8 @@ struct domains;
  * paths must be relative and must not contain "..". Sizes are bounded (cache_domains.json 1 MiB,
  * each list 16 MiB, JSON nesting 32 levels).
  * Returns a new struct domains (free with domains_free) or NULL with <err> set to
- * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read).
+ * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read; a JSON syntax error, as
+ * libjansson words it, ends with " (column C)").
  */
 struct domains *domains_load(const char *dir, char *err, size_t errlen)
     __attribute__((warn_unused_result));
@@ -60,7 +61,7 @@ void domains_free(struct domains **d);
 const char *domains_match(const struct domains *d, const char *host);
 
 /*
- * The cache identifier of a request, in the contract's order: the list match for <host>; else,
+ * The cache identifier of a request, in this order (docs/interfaces.md): the list match; else,
  * when <steam_ua_rule> (config steam_user_agent) is set and the User-Agent <user_agent>[0..ua_len)
  * contains DOMAINS_STEAM_UA (case-sensitive, anywhere, like lancache's map) and <host> is a
  * subdomain of steamcontent.com on a label boundary, DOMAINS_STEAM_ID ("steam"). The bare

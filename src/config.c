@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * config: owns the INI grammar of cacheparty (CONTRACT.md §3) and the struct config snapshots.
+ * config: owns the INI grammar (docs/interfaces.md, "Configuration") and the config snapshots.
  *
  * One table (cfg_keys) lists every key: section, name, parser, field, range and default text.
  * Defaults are applied by running each key's own parser on its default text, so a default can
@@ -68,7 +68,7 @@ static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_b
     parse_path_opt, parse_path, parse_level, parse_format;
 
 /*
- * Every key, in the order of CONTRACT.md §3 and conf/cacheparty.ini. Fields left out are 0:
+ * Every key, in the order of conf/cacheparty.ini (which documents each). Fields left out are 0:
  * .min 0 allows 0, .off is unused by parsers that know their field.
  */
 static const struct cfg_key cfg_keys[] = {

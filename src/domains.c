@@ -11,17 +11,18 @@
  * yields the hash of every suffix that starts on a label boundary: a lookup hashes the host once
  * and probes once per label, without allocating.
  *
- * JSON. A small recursive-descent reader (RFC 8259 grammar, nesting and size bounded) builds a
- * throw-away tree whose nodes carry their line; a schema walk over it reports "FILE:LINE: ...".
+ * JSON. libjansson checks cache_domains.json (size and nesting bounded here) and reports syntax
+ * errors with line and column; a schema walk over the checked text then reports "FILE:LINE: ..."
+ * with the line of the value at fault (see struct jspan for why it reads the text itself).
  *
  * Ownership: struct domains owns services[] and their strings, pool, entries and slots. Every
  * string it hands out points into it (or is static) and dies with domains_free().
  */
 #include "domains.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -32,9 +33,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "domains_int.h"
 #include "util.h"
 
-#define DOMAINS_MAGIC 0x646f6d73u
 #define DOMAINS_JSON_FILE "cache_domains.json"
 #define DOMAINS_JSON_MAX ((size_t)1 << 20)
 #define DOMAINS_LIST_MAX ((size_t)16 << 20)
@@ -43,26 +44,6 @@
 #define DOMAINS_LABEL_MAX 63
 #define DOMAINS_FNV_OFFSET 0xcbf29ce484222325ull
 #define DOMAINS_FNV_PRIME 0x100000001b3ull
-
-struct dom_entry {
-    uint64_t hash; /* name_hash() of the name (the base, for a wildcard) */
-    uint32_t off;  /* name = pool + off, NUL-terminated */
-    uint32_t svc;  /* index in services[] */
-    uint16_t len;
-    bool wild; /* "*.name": subdomains of name only */
-};
-
-struct domains {
-    unsigned magic;
-    char **services; /* owns: the names, in cache_domains.json order */
-    size_t n_services;
-    char *pool; /* owns: the entries' names */
-    size_t pool_len, pool_cap;
-    struct dom_entry *entries; /* owns: load order, deduplicated */
-    size_t n_entries, cap_entries;
-    uint32_t *slots; /* owns: entry index + 1, 0 = empty; n_slots is a power of two */
-    size_t n_slots;
-};
 
 /* ---- errors and files ---- */
 
@@ -181,407 +162,240 @@ static void quote_for_msg(char *dst, size_t dstlen, const char *s, size_t len)
 
 /* ---- JSON ---- */
 
-enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
-
-struct jnode {
-    enum jtype type;
-    int line;           /* where the value starts */
-    char *key;          /* owns: the member name inside an object, else NULL */
-    char *str;          /* owns: J_STR, NUL-terminated (\u0000 is refused) */
-    struct jnode *kids; /* owns: J_ARR elements, J_OBJ members (key set) */
-    size_t n_kids, cap_kids;
-};
-
-struct jparser {
-    const char *p, *end;
-    int line;
-    int err_line;
-    char msg[160];
-};
-
-static int jfail(struct jparser *jp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int jfail(struct jparser *jp, const char *fmt, ...)
+/*
+ * The first offset in <text> of a bracket that opens level DOMAINS_JSON_DEPTH + 1, or <len>.
+ * Strings are skipped as JSON reads them. On text that is not valid JSON the answer holds up to
+ * its first error only: json_check() compares the two.
+ */
+static size_t too_deep_at(const char *text, size_t len)
 {
-    va_list ap;
+    int depth = 0;
 
-    if (jp->err_line == 0) {
-        jp->err_line = jp->line;
-        va_start(ap, fmt);
-        vsnprintf(jp->msg, sizeof(jp->msg), fmt, ap);
-        va_end(ap);
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+
+        if (c == '"') {
+            for (i++; i < len && text[i] != '"'; i++) {
+                if (text[i] == '\\')
+                    i++;
+            }
+        } else if (c == '{' || c == '[') {
+            if (++depth > DOMAINS_JSON_DEPTH)
+                return i;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
     }
-    return -1;
+    return len;
 }
 
-static void jnode_fini(struct jnode *n)
+static int line_at(const char *text, size_t off)
 {
-    for (size_t i = 0; i < n->n_kids; i++)
-        jnode_fini(&n->kids[i]);
-    free(n->kids);
-    free(n->key);
-    free(n->str);
-    memset(n, 0, sizeof(*n));
+    int line = 1;
+
+    for (size_t i = 0; i < off; i++)
+        line += text[i] == '\n';
+    return line;
 }
 
-/* Appends <kid> to <n> (takes its contents). */
-static void jnode_add(struct jnode *n, const struct jnode *kid)
+/* Copies <s> into <dst> for an error message: bytes outside printable ASCII become \xNN. */
+static void printable(char *dst, size_t dstlen, const char *s)
 {
-    if (n->n_kids == n->cap_kids) {
-        n->cap_kids = n->cap_kids ? n->cap_kids * 2 : 4;
-        n->kids = xrealloc(n->kids, n->cap_kids * sizeof(*n->kids));
-    }
-    n->kids[n->n_kids++] = *kid;
-}
+    size_t o = 0;
 
-static void jskip_ws(struct jparser *jp)
-{
-    while (jp->p < jp->end) {
-        char c = *jp->p;
+    for (; *s != '\0' && o + 5 < dstlen; s++) {
+        unsigned char c = (unsigned char)*s;
 
-        if (c == '\n')
-            jp->line++;
-        else if (c != ' ' && c != '\t' && c != '\r')
-            return;
-        jp->p++;
-    }
-}
-
-static int junexpected(struct jparser *jp, const char *what)
-{
-    unsigned char c;
-
-    if (jp->p >= jp->end)
-        return jfail(jp, "unexpected end of file, expected %s", what);
-    c = (unsigned char)*jp->p;
-    if (c > 0x20 && c < 0x7f)
-        return jfail(jp, "unexpected '%c', expected %s", c, what);
-    return jfail(jp, "unexpected byte 0x%02x, expected %s", c, what);
-}
-
-static int jhex4(struct jparser *jp, unsigned *out)
-{
-    unsigned v = 0;
-
-    if (jp->end - jp->p < 4)
-        return jfail(jp, "truncated \\u escape");
-    for (int i = 0; i < 4; i++) {
-        char c = *jp->p++;
-
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
+        if (c >= 0x20 && c < 0x7f)
+            dst[o++] = (char)c;
         else
-            return jfail(jp, "bad \\u escape");
+            o += (size_t)snprintf(dst + o, dstlen - o, "\\x%02x", c);
     }
-    *out = v;
-    return 0;
-}
-
-/* A growable byte string for decoding JSON strings. */
-struct sbuf {
-    char *s;
-    size_t len, cap;
-};
-
-static void sbuf_put(struct sbuf *b, const char *s, size_t len)
-{
-    if (b->len + len + 1 > b->cap) {
-        while (b->len + len + 1 > b->cap)
-            b->cap = b->cap ? b->cap * 2 : 32;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->len, s, len);
-    b->len += len;
-    b->s[b->len] = '\0';
-}
-
-static void sbuf_put_utf8(struct sbuf *b, unsigned cp)
-{
-    char u[4];
-
-    if (cp < 0x80) {
-        u[0] = (char)cp;
-        sbuf_put(b, u, 1);
-    } else if (cp < 0x800) {
-        u[0] = (char)(0xc0 | (cp >> 6));
-        u[1] = (char)(0x80 | (cp & 0x3f));
-        sbuf_put(b, u, 2);
-    } else if (cp < 0x10000) {
-        u[0] = (char)(0xe0 | (cp >> 12));
-        u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        u[2] = (char)(0x80 | (cp & 0x3f));
-        sbuf_put(b, u, 3);
-    } else {
-        u[0] = (char)(0xf0 | (cp >> 18));
-        u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        u[3] = (char)(0x80 | (cp & 0x3f));
-        sbuf_put(b, u, 4);
-    }
-}
-
-/* Decodes the string at jp->p (on its opening quote) into *out (owned by the caller). */
-static int jstring(struct jparser *jp, char **out)
-{
-    struct sbuf b = {0};
-
-    sbuf_put(&b, "", 0);
-    jp->p++;
-    for (;;) {
-        unsigned char c;
-        unsigned cp, lo;
-
-        if (jp->p >= jp->end) {
-            jfail(jp, "unterminated string");
-            goto fail;
-        }
-        c = (unsigned char)*jp->p++;
-        if (c == '"')
-            break;
-        if (c < 0x20) {
-            jfail(jp, "control character in a string (unterminated string?)");
-            goto fail;
-        }
-        if (c != '\\') {
-            sbuf_put(&b, (const char *)&c, 1);
-            continue;
-        }
-        if (jp->p >= jp->end) {
-            jfail(jp, "unterminated string");
-            goto fail;
-        }
-        c = (unsigned char)*jp->p++;
-        switch (c) {
-        case '"':
-        case '\\':
-        case '/':
-            break;
-        case 'b':
-            c = '\b';
-            break;
-        case 'f':
-            c = '\f';
-            break;
-        case 'n':
-            c = '\n';
-            break;
-        case 'r':
-            c = '\r';
-            break;
-        case 't':
-            c = '\t';
-            break;
-        case 'u':
-            if (jhex4(jp, &cp) != 0)
-                goto fail;
-            if (cp >= 0xdc00 && cp <= 0xdfff) {
-                jfail(jp, "lone low surrogate in \\u escape");
-                goto fail;
-            }
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                if (jp->end - jp->p < 2 || jp->p[0] != '\\' || jp->p[1] != 'u') {
-                    jfail(jp, "lone high surrogate in \\u escape");
-                    goto fail;
-                }
-                jp->p += 2;
-                if (jhex4(jp, &lo) != 0)
-                    goto fail;
-                if (lo < 0xdc00 || lo > 0xdfff) {
-                    jfail(jp, "lone high surrogate in \\u escape");
-                    goto fail;
-                }
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            if (cp == 0) {
-                jfail(jp, "\\u0000 is not allowed in strings");
-                goto fail;
-            }
-            sbuf_put_utf8(&b, cp);
-            continue;
-        default:
-            jfail(jp, "bad escape '\\%c'", c >= 0x20 && c < 0x7f ? c : '?');
-            goto fail;
-        }
-        sbuf_put(&b, (const char *)&c, 1);
-    }
-    *out = b.s;
-    return 0;
-fail:
-    free(b.s);
-    return -1;
-}
-
-static bool jdigit(const struct jparser *jp)
-{
-    return jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9';
-}
-
-/* Checks the number grammar; the value itself is never needed. */
-static int jnumber(struct jparser *jp)
-{
-    if (*jp->p == '-')
-        jp->p++;
-    if (!jdigit(jp))
-        return junexpected(jp, "a digit");
-    if (*jp->p == '0') {
-        jp->p++;
-    } else {
-        while (jdigit(jp))
-            jp->p++;
-    }
-    if (jp->p < jp->end && *jp->p == '.') {
-        jp->p++;
-        if (!jdigit(jp))
-            return junexpected(jp, "a digit");
-        while (jdigit(jp))
-            jp->p++;
-    }
-    if (jp->p < jp->end && (*jp->p == 'e' || *jp->p == 'E')) {
-        jp->p++;
-        if (jp->p < jp->end && (*jp->p == '+' || *jp->p == '-'))
-            jp->p++;
-        if (!jdigit(jp))
-            return junexpected(jp, "a digit");
-        while (jdigit(jp))
-            jp->p++;
-    }
-    return 0;
-}
-
-static int jliteral(struct jparser *jp, const char *word)
-{
-    size_t len = strlen(word);
-
-    if ((size_t)(jp->end - jp->p) < len || memcmp(jp->p, word, len) != 0)
-        return junexpected(jp, "a value");
-    jp->p += len;
-    return 0;
-}
-
-static int jvalue(struct jparser *jp, struct jnode *n, int depth);
-
-/* An array or an object: jp->p is on its opening bracket. */
-static int jcontainer(struct jparser *jp, struct jnode *n, int depth)
-{
-    bool obj = *jp->p == '{';
-    char close = obj ? '}' : ']';
-
-    if (depth >= DOMAINS_JSON_DEPTH)
-        return jfail(jp, "nesting deeper than %d levels", DOMAINS_JSON_DEPTH);
-    n->type = obj ? J_OBJ : J_ARR;
-    jp->p++;
-    jskip_ws(jp);
-    if (jp->p < jp->end && *jp->p == close) {
-        jp->p++;
-        return 0;
-    }
-    for (;;) {
-        struct jnode kid = {0};
-        char *key = NULL;
-
-        jskip_ws(jp);
-        if (obj) {
-            if (jp->p >= jp->end || *jp->p != '"')
-                return junexpected(jp, "a member name");
-            if (jstring(jp, &key) != 0)
-                return -1;
-            jskip_ws(jp);
-            if (jp->p >= jp->end || *jp->p != ':') {
-                free(key);
-                return junexpected(jp, "':'");
-            }
-            jp->p++;
-        }
-        if (jvalue(jp, &kid, depth + 1) != 0) {
-            jnode_fini(&kid);
-            free(key);
-            return -1;
-        }
-        kid.key = key;
-        jnode_add(n, &kid);
-        jskip_ws(jp);
-        if (jp->p < jp->end && *jp->p == ',') {
-            jp->p++;
-            continue;
-        }
-        if (jp->p < jp->end && *jp->p == close) {
-            jp->p++;
-            return 0;
-        }
-        return junexpected(jp, obj ? "',' or '}'" : "',' or ']'");
-    }
-}
-
-static int jvalue(struct jparser *jp, struct jnode *n, int depth)
-{
-    jskip_ws(jp);
-    n->line = jp->line;
-    if (jp->p >= jp->end)
-        return junexpected(jp, "a value");
-    switch (*jp->p) {
-    case '{':
-    case '[':
-        return jcontainer(jp, n, depth);
-    case '"':
-        n->type = J_STR;
-        return jstring(jp, &n->str);
-    case 't':
-        n->type = J_BOOL;
-        return jliteral(jp, "true");
-    case 'f':
-        n->type = J_BOOL;
-        return jliteral(jp, "false");
-    case 'n':
-        n->type = J_NULL;
-        return jliteral(jp, "null");
-    default:
-        if (*jp->p == '-' || (*jp->p >= '0' && *jp->p <= '9')) {
-            n->type = J_NUM;
-            return jnumber(jp);
-        }
-        return junexpected(jp, "a value");
-    }
-}
-
-/* Parses <text>[0..len) into *root. Returns 0, or -1 with jp->err_line and jp->msg set. */
-static int jparse(struct jparser *jp, const char *text, size_t len, struct jnode *root)
-{
-    memset(jp, 0, sizeof(*jp));
-    jp->p = text;
-    jp->end = text + len;
-    jp->line = 1;
-    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
-        jp->p += 3;
-    if (jvalue(jp, root, 0) != 0)
-        return -1;
-    jskip_ws(jp);
-    if (jp->p != jp->end)
-        return jfail(jp, "unexpected data after the top-level value");
-    return 0;
+    dst[o] = '\0';
 }
 
 /*
- * The member <key> of object <obj>, or NULL. A known member given twice is an error: *dup is
- * set and the second occurrence is returned (for its line).
+ * Checks that <text>[0..len) is one JSON value (RFC 8259, UTF-8, strings without \u0000) nested
+ * at most DOMAINS_JSON_DEPTH levels. libjansson does the checking (its own nesting cap,
+ * JSON_PARSER_MAX_DEPTH, is far above ours and keeps its recursion bounded). Two things are
+ * checked here as well: the nesting, and NUL bytes, which jansson 2.14 lets pass after a number
+ * ("[1\0]") although no JSON text holds one. Of those and a syntax error, the one earlier in the
+ * text is reported. Returns 0, or -1 with <err> set to "FILE:LINE: message (column C)".
  */
-static const struct jnode *jmember(const struct jnode *obj, const char *key, bool *dup)
+static int json_check(const char *json_path, const char *text, size_t len, char *err, size_t errlen)
 {
-    const struct jnode *found = NULL;
+    size_t deep = too_deep_at(text, len);
+    const char *nul = memchr(text, '\0', len);
+    size_t bad = nul != NULL && (size_t)(nul - text) < deep ? (size_t)(nul - text) : deep;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    char msg[sizeof(je.text) * 4];
+
+    json_decref(root);
+    if (bad < len && (root != NULL || je.position < 0 || (size_t)je.position > bad)) {
+        if (bad == deep)
+            set_err(err, errlen, json_path, line_at(text, bad), "nesting deeper than %d levels",
+                    DOMAINS_JSON_DEPTH);
+        else
+            set_err(err, errlen, json_path, line_at(text, bad), "NUL byte");
+        return -1;
+    }
+    if (root != NULL)
+        return 0;
+    printable(msg, sizeof(msg), je.text);
+    if (je.column > 0)
+        set_err(err, errlen, json_path, je.line, "%s (column %d)", msg, je.column);
+    else
+        set_err(err, errlen, json_path, je.line, "%s", msg);
+    return -1;
+}
+
+/*
+ * The schema walk reads the checked text through spans, because jansson's values carry no
+ * position (every schema error names the line of the value at fault) and jansson keeps the
+ * last of two equal member names silently (a known member given twice is an error here). The
+ * text is valid JSON by then, so a walk only skips whitespace, strings and brackets; the value of
+ * every string it needs is decoded by jansson (jspan_string).
+ */
+struct jspan {
+    const char *p; /* borrows: the value's first byte, in the checked text */
+    size_t len;
+    int line; /* where the value starts */
+};
+
+/* A cursor over the members or elements of one object or array. */
+struct jcursor {
+    const char *p, *end; /* borrows: between the brackets */
+    int line;
+    bool obj;
+};
+
+static bool jspan_is(const struct jspan *v, char first)
+{
+    return v->len > 0 && v->p[0] == first;
+}
+
+static void jc_skip_ws(struct jcursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) {
+        c->line += *c->p == '\n';
+        c->p++;
+    }
+}
+
+/* The value at c->p -> *v; c->p moves past it. */
+static void jc_value(struct jcursor *c, struct jspan *v)
+{
+    int depth = 0;
+
+    v->p = c->p;
+    v->line = c->line;
+    do {
+        char ch;
+
+        ASSERT(c->p < c->end);
+        ch = *c->p++;
+        if (ch == '"') {
+            while (c->p < c->end && *c->p != '"')
+                c->p += *c->p == '\\' ? 2 : 1;
+            c->p++;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        } else if (ch == '\n') {
+            c->line++;
+        } else if (depth == 0) {
+            /* a number or a literal: up to the next delimiter */
+            while (c->p < c->end && strchr(",]} \t\r\n", *c->p) == NULL)
+                c->p++;
+        }
+    } while (depth > 0);
+    ASSERT(c->p <= c->end);
+    v->len = (size_t)(c->p - v->p);
+}
+
+/* A cursor on the whole text, at its one value. */
+static void jc_text(struct jcursor *c, const char *text, size_t len)
+{
+    c->p = text;
+    c->end = text + len;
+    c->line = 1;
+    c->obj = false;
+    jc_skip_ws(c);
+}
+
+/* A cursor inside the object or array <v>. */
+static void jc_open(struct jcursor *c, const struct jspan *v)
+{
+    ASSERT(jspan_is(v, '{') || jspan_is(v, '['));
+    c->obj = v->p[0] == '{';
+    c->p = v->p + 1;
+    c->end = v->p + v->len - 1;
+    c->line = v->line;
+}
+
+/* The next member (*key, *val) or element (*val) of <c>'s container; false after the last. */
+static bool jc_next(struct jcursor *c, struct jspan *key, struct jspan *val)
+{
+    jc_skip_ws(c);
+    if (c->p < c->end && *c->p == ',') {
+        c->p++;
+        jc_skip_ws(c);
+    }
+    if (c->p >= c->end)
+        return false;
+    if (c->obj) {
+        jc_value(c, key);
+        jc_skip_ws(c);
+        ASSERT(c->p < c->end && *c->p == ':');
+        c->p++;
+        jc_skip_ws(c);
+    }
+    jc_value(c, val);
+    return true;
+}
+
+/* The value of the string <v> (owned by the caller; no NUL inside), or NULL if <v> is not one. */
+static char *jspan_string(const struct jspan *v)
+{
+    json_t *j;
+    char *s;
+
+    if (!jspan_is(v, '"'))
+        return NULL;
+    j = json_loadb(v->p, v->len, JSON_DECODE_ANY, NULL);
+    ASSERT(j != NULL && json_is_string(j)); /* checked text (or out of memory) */
+    s = xstrdup(json_string_value(j));
+    json_decref(j);
+    return s;
+}
+
+/*
+ * The member <key> of the object <obj> -> *out; false when absent. A known member given twice
+ * is an error: *dup is set and *out is the second occurrence (for its line).
+ */
+static bool jmember(const struct jspan *obj, const char *key, struct jspan *out, bool *dup)
+{
+    struct jcursor c;
+    struct jspan k, v;
+    bool found = false;
 
     *dup = false;
-    for (size_t i = 0; i < obj->n_kids; i++) {
-        if (strcmp(obj->kids[i].key, key) != 0)
+    jc_open(&c, obj);
+    while (jc_next(&c, &k, &v)) {
+        char *name = jspan_string(&k);
+        bool same = strcmp(name, key) == 0;
+
+        free(name);
+        if (!same)
             continue;
-        if (found != NULL) {
+        *out = v;
+        if (found) {
             *dup = true;
-            return &obj->kids[i];
+            return true;
         }
-        found = &obj->kids[i];
+        found = true;
     }
     return found;
 }
@@ -589,7 +403,7 @@ static const struct jnode *jmember(const struct jnode *obj, const char *key, boo
 /* ---- the table ---- */
 
 /* FNV-1a from the last byte to the first (see the file comment). */
-static uint64_t name_hash(const char *s, size_t len)
+uint64_t domains_name_hash(const char *s, size_t len)
 {
     uint64_t h = DOMAINS_FNV_OFFSET;
 
@@ -605,8 +419,8 @@ static size_t slot_of(uint64_t h)
     return (size_t)(h ^ (h >> 29));
 }
 
-static const struct dom_entry *lookup(const struct domains *d, const char *s, size_t len,
-                                      uint64_t h, bool wild)
+const struct dom_entry *domains_entry_find(const struct domains *d, const char *s, size_t len,
+                                           uint64_t h, bool wild)
 {
     size_t mask;
 
@@ -639,11 +453,11 @@ static void slot_insert(uint32_t *slots, size_t n_slots, uint64_t h, uint32_t v)
 /* Adds (<name>[0..len), <wild>) for service <svc> unless already listed. Returns 0 or -ENOSPC. */
 static int add_entry(struct domains *d, const char *name, size_t len, bool wild, uint32_t svc)
 {
-    uint64_t h = name_hash(name, len);
+    uint64_t h = domains_name_hash(name, len);
     struct dom_entry *e;
 
     ASSERT(len > 0 && len <= DOMAINS_NAME_MAX);
-    if (lookup(d, name, len, h, wild) != NULL)
+    if (domains_entry_find(d, name, len, h, wild) != NULL)
         return 0; /* first service wins */
     if (d->pool_len + len + 1 > UINT32_MAX || d->n_entries >= UINT32_MAX / 4)
         return -ENOSPC;
@@ -822,86 +636,96 @@ static bool file_path_is_valid(const char *s)
 
 /* Walks one element of "cache_domains". Returns 0 or -1 with <err> set. */
 static int load_service(struct domains *d, const char *dir, const char *json_path,
-                        const struct jnode *svc, size_t idx, char *err, size_t errlen)
+                        const struct jspan *svc, size_t idx, char *err, size_t errlen)
 {
-    const struct jnode *name, *files;
+    struct jspan name_v, files_v, f_v, k;
+    struct jcursor c;
+    char *name = NULL, *file = NULL;
     char path[PATH_MAX];
-    bool dup;
+    bool dup, found;
+    int rc = -1;
 
-    if (svc->type != J_OBJ) {
+    if (!jspan_is(svc, '{')) {
         set_err(err, errlen, json_path, svc->line, "cache_domains[%zu] must be an object", idx);
         return -1;
     }
-    name = jmember(svc, "name", &dup);
+    found = jmember(svc, "name", &name_v, &dup);
     if (dup) {
-        set_err(err, errlen, json_path, name->line, "duplicate member \"name\"");
+        set_err(err, errlen, json_path, name_v.line, "duplicate member \"name\"");
         return -1;
     }
-    if (name == NULL || name->type != J_STR) {
-        set_err(err, errlen, json_path, name ? name->line : svc->line,
+    if (found)
+        name = jspan_string(&name_v);
+    if (name == NULL) {
+        set_err(err, errlen, json_path, found ? name_v.line : svc->line,
                 "cache_domains[%zu]: \"name\" must be a string", idx);
         return -1;
     }
-    if (!service_name_is_valid(name->str)) {
-        set_err(err, errlen, json_path, name->line,
+    if (!service_name_is_valid(name)) {
+        set_err(err, errlen, json_path, name_v.line,
                 "cache_domains[%zu]: service name must be 1-%d characters of A-Z a-z 0-9 . _ -",
                 idx, DOMAINS_SERVICE_MAX);
-        return -1;
+        goto out;
     }
     for (size_t i = 0; i < d->n_services; i++) {
-        if (strcmp(d->services[i], name->str) == 0) {
-            set_err(err, errlen, json_path, name->line, "duplicate service \"%s\"", name->str);
-            return -1;
+        if (strcmp(d->services[i], name) == 0) {
+            set_err(err, errlen, json_path, name_v.line, "duplicate service \"%s\"", name);
+            goto out;
         }
     }
-    files = jmember(svc, "domain_files", &dup);
+    found = jmember(svc, "domain_files", &files_v, &dup);
     if (dup) {
-        set_err(err, errlen, json_path, files->line,
+        set_err(err, errlen, json_path, files_v.line,
                 "service \"%s\": duplicate member "
                 "\"domain_files\"",
-                name->str);
-        return -1;
+                name);
+        goto out;
     }
-    if (files == NULL || files->type != J_ARR) {
-        set_err(err, errlen, json_path, files ? files->line : svc->line,
-                "service \"%s\": \"domain_files\" must be an array of file names", name->str);
-        return -1;
+    if (!found || !jspan_is(&files_v, '[')) {
+        set_err(err, errlen, json_path, found ? files_v.line : svc->line,
+                "service \"%s\": \"domain_files\" must be an array of file names", name);
+        goto out;
     }
-    d->services[d->n_services++] = xstrdup(name->str);
-    for (size_t i = 0; i < files->n_kids; i++) {
-        const struct jnode *f = &files->kids[i];
-
-        if (f->type != J_STR) {
-            set_err(err, errlen, json_path, f->line,
-                    "service \"%s\": \"domain_files\" must be an array of file names", name->str);
-            return -1;
+    d->services[d->n_services++] = xstrdup(name);
+    jc_open(&c, &files_v);
+    while (jc_next(&c, &k, &f_v)) {
+        file = jspan_string(&f_v);
+        if (file == NULL) {
+            set_err(err, errlen, json_path, f_v.line,
+                    "service \"%s\": \"domain_files\" must be an array of file names", name);
+            goto out;
         }
-        if (!file_path_is_valid(f->str)) {
-            set_err(err, errlen, json_path, f->line,
-                    "service \"%s\": domain file must be a relative path without \"..\"",
-                    name->str);
-            return -1;
+        if (!file_path_is_valid(file)) {
+            set_err(err, errlen, json_path, f_v.line,
+                    "service \"%s\": domain file must be a relative path without \"..\"", name);
+            goto out;
         }
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, f->str) >= sizeof(path)) {
-            set_err(err, errlen, json_path, f->line, "service \"%s\": path too long", name->str);
-            return -1;
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path)) {
+            set_err(err, errlen, json_path, f_v.line, "service \"%s\": path too long", name);
+            goto out;
         }
+        free(file);
+        file = NULL;
         if (load_list(d, path, (uint32_t)(d->n_services - 1), err, errlen) != 0)
-            return -1;
+            goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    free(file);
+    free(name);
+    return rc;
 }
 
 struct domains *domains_load(const char *dir, char *err, size_t errlen)
 {
     struct domains *d = NULL;
-    struct jparser jp;
-    struct jnode root = {0};
-    const struct jnode *list;
+    struct jcursor c;
+    struct jspan root, list, k, svc;
     char dirbuf[PATH_MAX], json_path[PATH_MAX + sizeof(DOMAINS_JSON_FILE) + 1];
-    size_t dirlen, len;
+    size_t dirlen, len, n, i;
     char *text = NULL;
-    bool dup;
+    const char *json;
+    bool dup, found;
     int rc;
 
     ASSERT(dir != NULL);
@@ -923,37 +747,46 @@ struct domains *domains_load(const char *dir, char *err, size_t errlen)
         set_err(err, errlen, json_path, 0, "cannot read: %s", read_strerror(rc));
         return NULL;
     }
-    if (jparse(&jp, text, len, &root) != 0) {
-        set_err(err, errlen, json_path, jp.err_line, "%s", jp.msg);
-        goto fail;
+    json = text;
+    if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0) {
+        json += 3; /* a UTF-8 byte order mark, which jansson would refuse */
+        len -= 3;
     }
-    if (root.type != J_OBJ) {
+    if (json_check(json_path, json, len, err, errlen) != 0)
+        goto fail;
+    jc_text(&c, json, len);
+    jc_value(&c, &root);
+    if (!jspan_is(&root, '{')) {
         set_err(err, errlen, json_path, root.line, "the top level must be an object");
         goto fail;
     }
-    list = jmember(&root, "cache_domains", &dup);
+    found = jmember(&root, "cache_domains", &list, &dup);
     if (dup) {
-        set_err(err, errlen, json_path, list->line, "duplicate member \"cache_domains\"");
+        set_err(err, errlen, json_path, list.line, "duplicate member \"cache_domains\"");
         goto fail;
     }
-    if (list == NULL || list->type != J_ARR) {
-        set_err(err, errlen, json_path, list ? list->line : root.line,
+    if (!found || !jspan_is(&list, '[')) {
+        set_err(err, errlen, json_path, found ? list.line : root.line,
                 "\"cache_domains\" must be an array of services");
         goto fail;
     }
+    n = 0;
+    jc_open(&c, &list);
+    while (jc_next(&c, &k, &svc))
+        n++;
     d = xcalloc(1, sizeof(*d));
     d->magic = DOMAINS_MAGIC;
-    d->services = xcalloc(list->n_kids + 1, sizeof(*d->services));
-    for (size_t i = 0; i < list->n_kids; i++) {
-        if (load_service(d, dirbuf, json_path, &list->kids[i], i, err, errlen) != 0)
+    d->services = xcalloc(n + 1, sizeof(*d->services));
+    i = 0;
+    jc_open(&c, &list);
+    while (jc_next(&c, &k, &svc)) {
+        if (load_service(d, dirbuf, json_path, &svc, i++, err, errlen) != 0)
             goto fail;
     }
-    jnode_fini(&root);
     free(text);
     return d;
 fail:
     domains_free(&d);
-    jnode_fini(&root);
     free(text);
     return NULL;
 }
@@ -1011,14 +844,14 @@ const char *domains_match(const struct domains *d, const char *host)
         if (c == '.') {
             /* h is the hash of host[i+1..]: "*.<that suffix>" covers host. Suffixes come
              * shortest first, so the last hit is the most specific wildcard. */
-            e = lookup(d, host + i + 1, len - i - 1, h, true);
+            e = domains_entry_find(d, host + i + 1, len - i - 1, h, true);
             if (e != NULL)
                 best = e;
         }
         h ^= c;
         h *= DOMAINS_FNV_PRIME;
     }
-    e = lookup(d, host, len, h, false);
+    e = domains_entry_find(d, host, len, h, false);
     if (e != NULL)
         best = e;
     return best != NULL ? d->services[best->svc] : NULL;
@@ -1076,141 +909,4 @@ void domains_counts(const struct domains *d, size_t *services, size_t *names)
         *services = d != NULL ? d->n_services : 0;
     if (names != NULL)
         *names = d != NULL ? d->n_entries : 0;
-}
-
-/* ---- DNS export ---- */
-
-static const char *const dns_format_names[] = {
-    [DOMAINS_DNS_DNSMASQ] = "dnsmasq",
-    [DOMAINS_DNS_UNBOUND] = "unbound",
-    [DOMAINS_DNS_HOSTS] = "hosts",
-    [DOMAINS_DNS_RPZ] = "rpz",
-};
-
-int domains_dns_format_parse(const char *s, enum domains_dns_format *out)
-{
-    for (size_t i = 0; s != NULL && i < ARRAY_SIZE(dns_format_names); i++) {
-        if (strcmp(s, dns_format_names[i]) == 0) {
-            *out = (enum domains_dns_format)i;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-const char *domains_dns_format_name(enum domains_dns_format fmt)
-{
-    ASSERT((size_t)fmt < ARRAY_SIZE(dns_format_names));
-    return dns_format_names[fmt];
-}
-
-/*
- * True if a strict ancestor of <name> (a suffix starting after one of its dots) is listed: as a
- * wildcard base, or also as an exact name unless <wild_only>.
- */
-static bool ancestor_listed(const struct domains *d, const char *name, size_t len, bool wild_only)
-{
-    for (size_t i = 0; i < len; i++) {
-        const char *s = name + i + 1;
-        size_t slen = len - i - 1;
-        uint64_t h;
-
-        if (name[i] != '.')
-            continue;
-        h = name_hash(s, slen);
-        if (lookup(d, s, slen, h, true) != NULL)
-            return true;
-        if (!wild_only && lookup(d, s, slen, h, false) != NULL)
-            return true;
-    }
-    return false;
-}
-
-/* The line for entry <e> in <fmt>, or nothing when another line already covers it. */
-static void dns_entry(const struct domains *d, const struct dom_entry *e, const char *ip,
-                      const char *rr, enum domains_dns_format fmt, FILE *out)
-{
-    const char *name = d->pool + e->off;
-    bool twin = !e->wild && lookup(d, name, e->len, e->hash, true) != NULL;
-
-    switch (fmt) {
-    case DOMAINS_DNS_DNSMASQ:
-        /* address=/x/ answers x and all below it: one line per topmost listed name. */
-        if (twin || ancestor_listed(d, name, e->len, false))
-            return;
-        fprintf(out, "address=/%s/%s\n", name, ip);
-        return;
-    case DOMAINS_DNS_UNBOUND:
-        /* A redirect zone answers its apex and all below; unbound refuses local-data below a
-         * redirect zone's apex, so names under a listed wildcard are left to the zone. */
-        if (twin || ancestor_listed(d, name, e->len, true))
-            return;
-        if (e->wild)
-            fprintf(out, "    local-zone: \"%s.\" redirect\n", name);
-        fprintf(out, "    local-data: \"%s. %s %s\"\n", name, rr, ip);
-        return;
-    case DOMAINS_DNS_HOSTS:
-        if (e->wild)
-            fprintf(out, "# skipped wildcard *.%s (a hosts file cannot express it)\n", name);
-        else
-            fprintf(out, "%s %s\n", ip, name);
-        return;
-    case DOMAINS_DNS_RPZ:
-        fprintf(out, "%s%s %s %s\n", e->wild ? "*." : "", name, rr, ip);
-        return;
-    }
-    WRONG("bad dns format");
-}
-
-int domains_dns_export(const struct domains *d, const char *ip, enum domains_dns_format fmt,
-                       FILE *out)
-{
-    static const unsigned char zero[16];
-    unsigned char addr[16];
-    char canon[INET6_ADDRSTRLEN];
-    const char *rr, *comment;
-    size_t svc = SIZE_MAX;
-    int af;
-
-    if (ip == NULL)
-        return -EINVAL;
-    af = inet_pton(AF_INET, ip, addr) == 1 ? AF_INET : AF_INET6;
-    if (af == AF_INET6 && inet_pton(AF_INET6, ip, addr) != 1)
-        return -EINVAL;
-    if (memcmp(addr, zero, af == AF_INET ? 4 : 16) == 0)
-        return -EINVAL;
-    if (inet_ntop(af, addr, canon, sizeof(canon)) == NULL)
-        return -EINVAL;
-    if ((size_t)fmt >= ARRAY_SIZE(dns_format_names))
-        return -EINVAL;
-    if (d == NULL)
-        return -ENOENT;
-    CHECK_OBJ(d, DOMAINS_MAGIC);
-    rr = af == AF_INET ? "A" : "AAAA";
-    comment = fmt == DOMAINS_DNS_RPZ ? ";" : "#";
-
-    fprintf(out, "%s generated by cacheparty dns --ip %s --format %s\n", comment, canon,
-            dns_format_names[fmt]);
-    if (fmt == DOMAINS_DNS_UNBOUND)
-        fprintf(out, "server:\n");
-    if (fmt == DOMAINS_DNS_RPZ) {
-        fprintf(out, "; named.conf: response-policy { zone \"rpz.cacheparty\"; }; and\n"
-                     "; zone \"rpz.cacheparty\" { type primary; file \"db.rpz.cacheparty\"; };\n"
-                     "$TTL 60\n"
-                     "@ IN SOA localhost. root.localhost. 1 3600 600 86400 60\n"
-                     "@ IN NS localhost.\n");
-    }
-    for (size_t i = 0; i < d->n_entries; i++) {
-        const struct dom_entry *e = &d->entries[i];
-
-        if (e->svc != svc) {
-            svc = e->svc;
-            fprintf(out, "%s%s %s\n", fmt == DOMAINS_DNS_UNBOUND ? "    " : "", comment,
-                    d->services[svc]);
-        }
-        dns_entry(d, e, canon, rr, fmt, out);
-    }
-    if (fflush(out) != 0 || ferror(out))
-        return -EIO;
-    return 0;
 }

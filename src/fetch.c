@@ -719,7 +719,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     log_info("fetch: %s resolves to a private address: refused", f->host);
     g_stats.forbidden++;
     /* A redirect's target failing the checks is not followed: the client gets the redirect
-     * itself, uncached (CONTRACT.md §4). */
+     * itself, uncached (docs/interfaces.md, "Requests to origins"). */
     fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
 }
 

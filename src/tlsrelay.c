@@ -223,7 +223,7 @@ static void log_access(const struct relay *r, ev_tstamp now)
         return;
     size_t len = (size_t)n < sizeof(line) - 1 ? (size_t)n : sizeof(line) - 2;
     if (log_fd < 0)
-        return; /* [tls] access empty: off (CONTRACT) */
+        return; /* [tls] access empty: off */
     line[len++] = '\n';
     ssize_t k;
     do {

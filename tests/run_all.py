@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""Runs every test of cacheparty and ends with the line "N passed, N failed" (CONTRACT.md section 1).
+"""Runs every test of cacheparty and ends with the line "N passed, N failed" (docs/interfaces.md, `make test`).
 
 Groups, in order:
   unit   every cmocka binary $BUILD/tests/test_* (its "[  PASSED  ] N test(s)." and

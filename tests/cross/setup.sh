@@ -24,9 +24,9 @@ esac
 
 # The libraries of DEB_DEPS (Makefile), runtime + development package each.
 LIBS="libev4 libev-dev libhttp-parser2.9 libhttp-parser-dev libinih1 libinih-dev libc-ares2
-      libc-ares-dev libxxhash0 libxxhash-dev libcmocka0 libcmocka-dev"
+      libc-ares-dev libxxhash0 libxxhash-dev libjansson4 libjansson-dev libcmocka0 libcmocka-dev"
 NATIVE_WATCH="libev-dev libhttp-parser-dev libhttp-parser2.9 libinih-dev libc-ares-dev
-              libxxhash-dev libcmocka-dev"
+              libxxhash-dev libjansson-dev libcmocka-dev"
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

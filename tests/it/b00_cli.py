@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""b00: command line and configuration errors (CONTRACT.md section 2 and 3)."""
+"""b00: command line and configuration errors (docs/interfaces.md, "Command line" and "Configuration")."""
 
 import os
 import re

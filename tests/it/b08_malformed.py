@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """b08: malformed or oversized request heads get 400/414/431/505 and the connection is closed;
-nothing reaches the origin (CONTRACT.md section 4, table)."""
+nothing reaches the origin (docs/interfaces.md, the table of "HTTP on `listen`")."""
 
 import harness as H
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""b11: the access log (CONTRACT.md section 5): one cachelog line per request, every line matches
+"""b11: the access log (docs/interfaces.md, "Access log"): one cachelog line per request, every line matches
 the lancache regex; json format; SIGUSR1 reopens the file."""
 
 import json

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""b14: cache-domains identifiers (CONTRACT.md §4): listed hosts are proxied under their service's
+"""b14: cache-domains identifiers (docs/interfaces.md, "Cache identifier and key"): listed hosts are proxied under their service's
 name, look-alike and unlisted hosts get 403 without allow_unlisted (the origin sees nothing), the
 Steam User-Agent rule applies only under steamcontent.com; `-t` counts the lists and `dns` prints
 the LAN overrides."""

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""b15: the admin listener (CONTRACT.md §6): /metrics in the Prometheus text format (checked by a
+"""b15: the admin listener (docs/interfaces.md): /metrics in the Prometheus text format (checked by a
 strict exposition parser below), counters that move exactly with known traffic, /status agreeing
 with /metrics, PURGE by Host (cache identifier rules of §4) or ?identifier=, and the admin
 endpoints never reachable on `listen`."""
@@ -18,7 +18,7 @@ LISTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "co
 STEAM_UA = "Valve/Steam HTTP Client 1.0 (816)"
 PROM_CTYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# The families CONTRACT.md §6 names, with their label (None: unlabelled) and type.
+# The families docs/interfaces.md "Admin listener" names, with label (None: unlabelled) and type.
 REQUIRED = {
     "cacheparty_requests_total": ("status", "counter"),
     "cacheparty_response_bytes_total": ("cache", "counter"),

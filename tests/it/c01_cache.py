@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""c01: the chunk cache seen from outside (CONTRACT.md section 4, issue 4): second downloads make
+"""c01: the chunk cache seen from outside (docs/interfaces.md, "HTTP on `listen`"; issue 4): second downloads make
 no upstream request, HIT/MISS, ranges (random, suffix, open, unsatisfiable, multi), conditionals,
 HEAD, ?nocache=1, an origin without range support, uncacheable answers, a changed ETag, BYPASS."""
 
@@ -600,7 +600,7 @@ class Versions(Base):
 
 
 class Keys(Base):
-    """Cache key = identifier + path without the query (CONTRACT.md section 4)."""
+    """Cache key = identifier + path without the query (docs/interfaces.md)."""
 
     def test_query_ignored_host_part_of_key(self):
         self.setup_proxy(SMALL)

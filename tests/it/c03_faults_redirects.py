@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""c03: cache fills that survive origin faults and follow redirects (issue 5, CONTRACT.md §4).
+"""c03: cache fills that survive origin faults and follow redirects (issue 5, docs/interfaces.md "Requests to origins").
 
 - a reset mid-chunk is resumed with a Range from the byte reached: ten concurrent readers all
   get the exact bytes and see only a pause;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""h01: a hostile client (issue #7, CONTRACT.md section 4): every request-hardening and
+"""h01: a hostile client (issue #7, docs/interfaces.md "HTTP on `listen`"): every request-hardening and
 origin-safety rule, one case each. Every case asserts the status, whether the daemon closed the
 connection (Connection: close, then EOF), that the origin saw no request (nor connection) where
 none is allowed, and that the daemon still serves a normal request afterwards.
@@ -525,7 +525,7 @@ class OriginSafety(H.CPTestCase):
                     self.check_redirect_refused(i * 2 + j, loc, (302,))
 
     def test_redirects_to_names_resolving_private_not_followed(self):
-        # CONTRACT.md section 4: a redirect target that fails the checks is passed through to the
+        # docs/interfaces.md: a redirect target that fails the checks is passed through to the
         # client uncached (302), and nothing but the checked address is connected to.
         for i, name in enumerate(["p0.example.test", "p2.example.test", "allpriv.example.test",
                                   "p%d.example.test" % (len(PRIVATE_V4) + 8)]):

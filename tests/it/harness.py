@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """Black-box integration harness for cacheparty (Python 3 standard library only).
 
-Pieces (STYLE.md section 8):
+Pieces:
   Origin     scripted threaded HTTP/1.1 origin on 127.0.0.1:<ephemeral>. Default handler serves
              deterministic bytes for paths ending in /size/N (content depends only on the path, so
              any byte can be verified), with Range, ETag, HEAD, keep-alive; behaviour switches come

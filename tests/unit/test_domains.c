@@ -313,7 +313,7 @@ static void test_domains_match_lookalikes_refused(void **state)
         match_is(g_sample, hosts[i], NULL);
 }
 
-/* The caller lowercases and strips the trailing dot (CONTRACT.md §4): this module does not. */
+/* The caller lowercases and strips the trailing dot (h1_authority_parse): this module does not. */
 static void test_domains_match_host_not_normalised_no_match(void **state)
 {
     char long_host[300];
@@ -571,37 +571,100 @@ static void test_domains_load_json_syntax_errors(void **state)
     char deep[200];
     size_t o = 0;
 
-    json_err(t->dir, "", "1: unexpected end of file, expected a value");
+    json_err(t->dir, "", "1: unexpected token near end of file");
     json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a\",\n",
-             "3: unexpected end of file, expected a member name");
-    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a", "2: unterminated string");
+             "3: string or '}' expected near end of file");
+    json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a",
+             "2: premature end of input near '\"a' (column 13)");
     json_err(t->dir, "{\"cache_domains\": [\n  {\"name\": \"a\n\"}]}",
-             "2: control character in a string (unterminated string?)");
-    json_err(t->dir, "{\"cache_domains\": []}\n}", "2: unexpected data after the top-level value");
-    json_err(t->dir, "{\"cache_domains\": [1,]}", "1: unexpected ']', expected a value");
-    json_err(t->dir, "{\"cache_domains\": [], }", "1: unexpected '}', expected a member name");
-    json_err(t->dir, "{\"cache_domains\" []}", "1: unexpected '[', expected ':'");
-    json_err(t->dir, "{'cache_domains': []}", "1: unexpected ''', expected a member name");
-    json_err(t->dir, "{\"a\": tru}", "1: unexpected 't', expected a value");
-    json_err(t->dir, "{\"a\": 01}", "1: unexpected '1', expected ',' or '}'");
-    json_err(t->dir, "{\"a\": -}", "1: unexpected '}', expected a digit");
-    json_err(t->dir, "{\"a\": 1.}", "1: unexpected '}', expected a digit");
-    json_err(t->dir, "{\"a\": 1e}", "1: unexpected '}', expected a digit");
-    json_err(t->dir, "{\"a\": \"\\x\"}", "1: bad escape '\\x'");
-    json_err(t->dir, "{\"a\": \"\\u12\"}", "1: bad \\u escape");
-    json_err(t->dir, "{\"a\": \"\\u00", "1: truncated \\u escape");
-    json_err(t->dir, "{\"a\": \"\\ud800\"}", "1: lone high surrogate in \\u escape");
-    json_err(t->dir, "{\"a\": \"\\ud800\\u0041\"}", "1: lone high surrogate in \\u escape");
-    json_err(t->dir, "{\"a\": \"\\udc00\"}", "1: lone low surrogate in \\u escape");
-    json_err(t->dir, "{\"a\": \"\\u0000\"}", "1: \\u0000 is not allowed in strings");
-    json_err(t->dir, "{\"a\": [1 2]}", "1: unexpected '2', expected ',' or ']'");
-    json_err(t->dir, "\x01", "1: unexpected byte 0x01, expected a value");
+             "2: unexpected newline near '\"a' (column 13)");
+    json_err(t->dir, "{\"cache_domains\": []}\n}", "2: end of file expected near '}' (column 1)");
+    json_err(t->dir, "{\"cache_domains\": [1,]}", "1: unexpected token near ']' (column 22)");
+    json_err(t->dir, "{\"cache_domains\": [], }", "1: string or '}' expected near '}' (column 23)");
+    json_err(t->dir, "{\"cache_domains\" []}", "1: ':' expected near '[' (column 18)");
+    json_err(t->dir, "{'cache_domains': []}", "1: string or '}' expected near ''' (column 2)");
+    json_err(t->dir, "{\"a\": tru}", "1: invalid token near 'tru' (column 9)");
+    json_err(t->dir, "{\"a\": 01}", "1: invalid token near '0' (column 7)");
+    json_err(t->dir, "{\"a\": -}", "1: invalid token near '-' (column 7)");
+    json_err(t->dir, "{\"a\": 1.}", "1: invalid token near '1.' (column 8)");
+    json_err(t->dir, "{\"a\": 1e}", "1: invalid token near '1e' (column 8)");
+    json_err(t->dir, "{\"a\": \"\\x\"}", "1: invalid escape near '\"\\x' (column 9)");
+    json_err(t->dir, "{\"a\": \"\\u12\"}", "1: invalid escape near '\"\\u12\"' (column 12)");
+    json_err(t->dir, "{\"a\": \"\\u00", "1: invalid escape near '\"\\u00' (column 11)");
+    json_err(t->dir, "{\"a\": \"\\ud800\"}",
+             "1: invalid Unicode '\\uD800' near '\"\\ud800\"' (column 14)");
+    json_err(t->dir, "{\"a\": \"\\ud800\\u0041\"}",
+             "1: invalid Unicode '\\uD800\\u0041' near '\"\\ud800\\u0041\"' (column 20)");
+    json_err(t->dir, "{\"a\": \"\\udc00\"}",
+             "1: invalid Unicode '\\uDC00' near '\"\\udc00\"' (column 14)");
+    json_err(t->dir, "{\"a\": \"\\u0000\"}",
+             "1: \\u0000 is not allowed without JSON_ALLOW_NUL near '\"\\u0000\"' (column 14)");
+    json_err(t->dir, "{\"a\": [1 2]}", "1: ']' expected near '2' (column 10)");
+    json_err(t->dir, "\x01", "1: invalid token near '\\x01' (column 1)");
 
     o += (size_t)snprintf(deep + o, sizeof(deep) - o, "{\"a\": ");
     for (int i = 0; i < 40; i++)
         deep[o++] = '[';
     deep[o] = '\0';
     json_err(t->dir, deep, "1: nesting deeper than 32 levels");
+}
+
+static void test_domains_load_json_walk_reads_escapes_and_ignores_repeats(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d;
+
+    /* Brackets, commas and escaped quotes inside strings, a repeated unknown member and
+     * escaped member names: the walk finds "name" and "domain_files" all the same. */
+    write_file(t->dir, "cache_domains.json",
+               "{\"x\": \"]}[{,\\\"\", \"x\": 1, \"cache_\\u0064omains\": [\n"
+               "  {\"n\\u0061me\": \"svc\", \"y\": [\"{\", {\"z\": \"\\\\\"}],\n"
+               "   \"domain_files\": [\"list.txt\"]}]}\n");
+    write_file(t->dir, "list.txt", "a.example.com\n");
+    d = load_ok(t->dir);
+    match_is(d, "a.example.com", "svc");
+    domains_free(&d);
+}
+
+static void test_domains_load_json_nesting_and_encoding_refused(void **state)
+{
+    struct tmp *t = *state;
+    char deep[200];
+    size_t o = 0;
+
+    /* Valid JSON, but nested 33 levels deep (the 33rd bracket is on line 2). */
+    o += (size_t)snprintf(deep + o, sizeof(deep) - o, "{\"a\":\n");
+    for (int i = 0; i < 32; i++)
+        deep[o++] = '[';
+    for (int i = 0; i < 32; i++)
+        deep[o++] = ']';
+    deep[o++] = '}';
+    deep[o] = '\0';
+    json_err(t->dir, deep, "2: nesting deeper than 32 levels");
+    /* 32 levels are fine (no cache_domains, so the schema error comes next). */
+    o = 0;
+    o += (size_t)snprintf(deep + o, sizeof(deep) - o, "{\"a\":");
+    for (int i = 0; i < 31; i++)
+        deep[o++] = '[';
+    for (int i = 0; i < 31; i++)
+        deep[o++] = ']';
+    deep[o++] = '}';
+    deep[o] = '\0';
+    json_err(t->dir, deep, "1: \"cache_domains\" must be an array of services");
+    /* A syntax error before the nesting gets too deep is the one reported. */
+    o = 0;
+    o += (size_t)snprintf(deep + o, sizeof(deep) - o, "{\"a\" [");
+    for (int i = 0; i < 40; i++)
+        deep[o++] = '[';
+    deep[o] = '\0';
+    json_err(t->dir, deep, "1: ':' expected near '[' (column 6)");
+    /* No NUL byte anywhere (jansson alone would let one pass after a number). */
+    write_file_len(t->dir, "cache_domains.json", "{\"a\": 1\0, \"cache_domains\": []}", 30);
+    load_err(t->dir, "cache_domains.json:1: NUL byte");
+    write_file_len(t->dir, "cache_domains.json", "{\"a\" 1\0}", 8);
+    load_err(t->dir, "cache_domains.json:1: ':' expected near '1' (column 6)");
+    /* Strings must be UTF-8. */
+    json_err(t->dir, "{\"a\": \"\xff\"}", "1: unable to decode byte 0xff near '\"' (column 7)");
 }
 
 static void test_domains_load_json_schema_errors(void **state)
@@ -996,6 +1059,10 @@ int main(void)
                                         tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_load_json_syntax_errors, tmp_setup,
                                         tmp_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_domains_load_json_walk_reads_escapes_and_ignores_repeats, tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_nesting_and_encoding_refused,
+                                        tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_load_json_schema_errors, tmp_setup,
                                         tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_load_file_errors, tmp_setup, tmp_teardown),
