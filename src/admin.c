@@ -50,8 +50,6 @@
 #include "tlsrelay.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 #define ADMIN_MAGIC 0xad3170c0u
 #define ADMIN_MAX_CONNS 64
 #define ADMIN_INBUF (16 * 1024) /* request head limit here (431 beyond) */

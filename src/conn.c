@@ -46,8 +46,6 @@
 #include "upstream.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 static struct conn *conns;
 static unsigned n_conns;
 static unsigned conn_next_id;

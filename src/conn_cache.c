@@ -28,8 +28,6 @@
 #include "stats.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 static const struct h1_field *field(const struct conn *c, const char *name)
 {
     return h1_find(c->req_head, c->req.fields, c->req.n_fields, name);

@@ -41,8 +41,6 @@
 #include "tlshello.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 #define RELAY_MAGIC 0x7150e1a9u
 #define RELAY_PORT 443
 #define RELAY_TURN (512 * 1024) /* bytes per direction per wake-up (fairness) */

@@ -27,8 +27,6 @@
 #define ORIGIN_MAGIC 0x0419e1c1u
 #define UPOOL_BUCKETS 256
 
-extern const struct config *g_cfg;
-
 struct idle_sock {
     ev_io io;
     ev_timer timer;

@@ -36,8 +36,6 @@
 #define UPSTREAM_MAGIC 0x0b57ea11u
 #define UP_INBUF (64 * 1024)
 
-extern const struct config *g_cfg;
-
 #define UP_STATES(X)                                                                               \
     X(UP_S_WAIT_SLOT)                                                                              \
     X(UP_S_CONNECTING)                                                                             \
