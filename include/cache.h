@@ -200,10 +200,9 @@ void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
  */
 int cache_purge(struct cache *c, const char *key, size_t key_len);
 
-/* Counters for tests and metrics. */
+/* Gauges, read when the counters are exported (the cache's counters are in g_stats, stats.h). */
 struct cache_stats {
-    uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
-        disk_write_errors, disk_writes, coalesced, purged, readahead;
+    uint64_t mem_bytes, mem_chunks;
     uint64_t shards_down; /* cache dirs switched to pass-through after a disk error */
     uint64_t io_pending;  /* disk jobs queued or running */
     uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */

@@ -33,6 +33,7 @@
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
+#include "stats.h"
 #include "tlsrelay.h"
 #include "upool.h"
 #include "upstream.h"
@@ -183,6 +184,28 @@ static int resolve_override(const struct cfg_hostport *hp, struct sockaddr_stora
     memcpy(out, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
     return 0;
+}
+
+/* The gauges read from their owners when the counters are exported (/metrics, /status). */
+static void read_gauges(struct stats *st, void *arg)
+{
+    struct cache_stats cs;
+
+    (void)arg;
+    memset(&cs, 0, sizeof(cs));
+    if (ctx.cache != NULL)
+        cache_get_stats(ctx.cache, &cs);
+    st->cache_mem_bytes = cs.mem_bytes;
+    st->cache_mem_chunks = cs.mem_chunks;
+    st->cache_dirs_down = cs.shards_down;
+    st->cache_io_pending = cs.io_pending;
+    st->cache_disk_bytes = cs.disk_bytes;
+    st->cache_disk_chunks = cs.disk_chunks;
+    st->cache_disk_evictions = cs.disk_evictions;
+    st->fetches_inflight = fetch_live();
+    st->conn_http = conn_count();
+    st->conn_tls = tlsrelay_count();
+    st->conn_admin = admin_conn_count();
 }
 
 static void stop_loop_if_drained(void)
@@ -426,6 +449,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cacheparty: %s\n", err);
         goto out_modules;
     }
+    stats_provider_add(read_gauges, NULL);
     actx.loop = loop;
     actx.cache = ctx.cache;
     actx.domains = &g_domains;
