@@ -125,6 +125,13 @@ void cache_free(struct cache **c);
  * room. */
 void cache_reconfigure(struct cache *c, const struct config *cfg);
 
+/*
+ * The object key of <path>[0..path_len) under cache identifier <ident>: "identifier\npath", NUL
+ * terminated; an empty path (an absolute-form target without one) counts as "/". The caller owns
+ * the result (free); *key_len receives its length without the NUL. Pure (src/cache_key.c).
+ */
+char *cache_key_build(const char *ident, const char *path, size_t path_len, size_t *key_len);
+
 /* Hash of an object key ("identifier\npath"). */
 void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);
 

@@ -396,13 +396,8 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
         }
         snprintf(ident, sizeof(ident), "%s", id);
     }
-    size_t ilen = strlen(ident);
-    size_t klen = ilen + 1 + plen;
-    char *key = xmalloc(klen + 1);
-    memcpy(key, ident, ilen);
-    key[ilen] = '\n';
-    memcpy(key + ilen + 1, path, plen);
-    key[klen] = '\0';
+    size_t klen;
+    char *key = cache_key_build(ident, path, plen, &klen);
     int n = actx->cache != NULL ? cache_purge(actx->cache, key, klen) : 0;
     free(key);
     if (n < 0) {
@@ -634,16 +629,7 @@ static void admin_conn_new(int fd, const struct sockaddr_storage *peer)
     c->magic = ADMIN_MAGIC;
     c->id = ++next_id;
     c->fd = fd;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (peer->ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)peer;
-        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
-    } else if (peer->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)peer;
-        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
-    }
+    util_addr_text(peer, c->peer, sizeof(c->peer));
     buf_alloc(&c->in, ADMIN_INBUF);
     ev_init(&c->io, on_admin_io);
     ev_init(&c->timer, on_admin_timeout);
