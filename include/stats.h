@@ -185,7 +185,7 @@ extern struct stats g_stats;
 #define STATS_STATUS_MAX 600
 extern uint64_t g_stats_status[STATS_STATUS_MAX];
 
-/* One exported family, as stats_export() hands it out. Strings are static. */
+/* One exported family, as stats_export() hands it out: borrowed, valid during the call only. */
 struct stats_family {
     const char *name;  /* without the cacheparty_ prefix */
     const char *type;  /* "counter" or "gauge" */

@@ -94,6 +94,24 @@ static void test_stats_every_family_is_exported_once_with_a_valid_name(void **st
     }
 }
 
+static void test_stats_every_listed_family_has_its_fields(void **state)
+{
+    static struct recorder r;
+
+    (void)state;
+    memset(g_stats_status, 0, sizeof(g_stats_status));
+    record(&r);
+    /* requests_total has no sample before a response; every other family has at least one */
+    for (size_t i = 1; i < r.n_fams; i++) {
+        size_t len = strlen(r.fams[i]);
+        bool found = false;
+        for (size_t k = 0; k < r.n_lines && !found; k++)
+            found = strncmp(r.lines[k], r.fams[i], len) == 0 &&
+                    (r.lines[k][len] == ' ' || r.lines[k][len] == '{');
+        assert_true(found);
+    }
+}
+
 static void test_stats_listed_families_come_first_in_table_order(void **state)
 {
     static struct recorder r;
@@ -183,6 +201,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stats_every_family_is_exported_once_with_a_valid_name),
+        cmocka_unit_test(test_stats_every_listed_family_has_its_fields),
         cmocka_unit_test(test_stats_listed_families_come_first_in_table_order),
         cmocka_unit_test(test_stats_field_in_a_labelled_family_is_a_sample_with_its_label),
         cmocka_unit_test(test_stats_other_fields_are_exported_alone_counters_with_total),
