@@ -125,6 +125,13 @@ void cache_free(struct cache **c);
  * room. */
 void cache_reconfigure(struct cache *c, const struct config *cfg);
 
+/*
+ * The object key of <path>[0..path_len) under cache identifier <ident>: "identifier\npath", NUL
+ * terminated; an empty path (an absolute-form target without one) counts as "/". The caller owns
+ * the result (free); *key_len receives its length without the NUL. Pure (src/cache_key.c).
+ */
+char *cache_key_build(const char *ident, const char *path, size_t path_len, size_t *key_len);
+
 /* Hash of an object key ("identifier\npath"). */
 void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);
 
@@ -200,10 +207,9 @@ void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
  */
 int cache_purge(struct cache *c, const char *key, size_t key_len);
 
-/* Counters for tests and metrics. */
+/* Gauges, read when the counters are exported (the cache's counters are in g_stats, stats.h). */
 struct cache_stats {
-    uint64_t mem_bytes, mem_chunks, disk_hits, mem_hits, misses, evictions, integrity_failures,
-        disk_write_errors, disk_writes, coalesced, purged, readahead;
+    uint64_t mem_bytes, mem_chunks;
     uint64_t shards_down; /* cache dirs switched to pass-through after a disk error */
     uint64_t io_pending;  /* disk jobs queued or running */
     uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */

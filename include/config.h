@@ -3,7 +3,21 @@
  * config: the INI file (inih) -> an immutable struct config snapshot.
  *
  * Owns: every string and array inside struct config. A snapshot is never mutated after
- * config_load() returns it; a reload builds a new snapshot and the caller swaps g_cfg.
+ * config_load() returns it; a reload builds a new snapshot and main publishes it.
+ *
+ * The running configuration is one snapshot in two pointers: g_cfg (this file's struct) and
+ * g_domains (the cache-domains lists it names, NULL when none). main sets both, together, at start
+ * and on each accepted reload (SIGHUP), from the loop thread between two callbacks, so no
+ * callback ever sees one pointer new and the other old. The rule for reading it:
+ * - Read the snapshot once per unit of work (a request, a fetch, a TLS connection) or copy what
+ *   you need at construction and take a reconfigure call (cache_reconfigure,
+ *   tlsrelay_reconfigure). Two callbacks of one request may see two snapshots: that is allowed,
+ *   so keep any decision that needs two settings to agree inside one callback.
+ * - A snapshot, and the domains set beside it, lives until exit: main never frees one a callback
+ *   up the stack may still read, so a pointer or string borrowed from it stays valid.
+ * - Keys that cannot change on reload (listen addresses, cache dirs, chunk_size, resolvers,
+ *   overrides) are marked in the key table of config.c; config_keep_fixed() carries their running
+ *   values into the new snapshot, so within one process they never change.
  * Sizes take binary suffixes K M G T (1M = 1048576); durations ms s m h d (bare number = seconds),
  * stored here in milliseconds. Lists are separated by commas or spaces. IPv6 is "[addr]:port".
  * Unknown sections or keys, and bad values, are errors reported as "FILE:LINE: message".
@@ -101,6 +115,12 @@ struct config {
     enum cfg_log_level level;
 };
 
+struct domains;
+
+/* The running snapshot (see the rule above). Read-only outside main. */
+extern const struct config *g_cfg;
+extern const struct domains *g_domains;
+
 /*
  * Load and validate <path>. On success returns 0 and *out owns a new snapshot (free with
  * config_free). On failure returns -1, *out is NULL and <err> holds "FILE:LINE: message"
@@ -115,6 +135,17 @@ int config_load_string(const char *name, const char *text, struct config **out, 
 
 /* Frees *cfg and sets it to NULL. NULL-safe. */
 void config_free(struct config **cfg);
+
+/*
+ * Reload: for every key the key table marks as not changeable live whose value differs between
+ * <next> (just loaded) and <cur> (running), puts the running value back into <next> and calls
+ * <kept> (if not NULL) with the key's section, name and why: the rest of the warning, e.g.
+ * "cannot change live: kept (restart to apply)". Keys are visited in file order. Returns how many
+ * were kept.
+ */
+typedef void config_kept_fn(const char *section, const char *name, const char *why, void *arg);
+unsigned config_keep_fixed(struct config *next, const struct config *cur, config_kept_fn *kept,
+                           void *arg);
 
 /* One-line human summary (for -t). Writes at most <len> bytes including NUL. */
 void config_summary(const struct config *cfg, char *buf, size_t len);

@@ -3,12 +3,41 @@
  * log: the error log. Level-gated macros evaluate their arguments only when the level is on
  * (Redis serverLog). Output is one line per message, "YYYY-mm-ddTHH:MM:SS.mmmZ LEVEL message",
  * to stderr (journald) by default or to a file that log_reopen() reopens (SIGUSR1/SIGHUP).
- * Owns: the log FILE. Not thread-safe: loop thread only.
+ * Also the one way every log of the daemon (error, access, TLS access) opens and reopens its
+ * file: struct log_file.
+ * Owns: the error log's descriptor. Not thread-safe: loop thread only.
  */
 #ifndef CACHEPARTY_LOG_H
 #define CACHEPARTY_LOG_H
 
+#include <stdbool.h>
+
 #include "config.h"
+
+/*
+ * A log file by its configured path: "-" means a standard stream (the <std_fd> given to
+ * log_file_open, borrowed: never closed), any other path a file opened for appending (created
+ * 0644, close-on-exec). Reopening after logrotate's rename opens the path again and swaps the
+ * descriptor only once the new one is open, so a failed reopen keeps writing to the old file.
+ */
+struct log_file {
+    int fd;      /* -1 = closed; owned unless <is_std> */
+    bool is_std; /* <fd> is the borrowed standard stream ("-") */
+    char *path;  /* owns; NULL = closed */
+};
+#define LOG_FILE_CLOSED                                                                            \
+    {                                                                                              \
+        -1, false, NULL                                                                            \
+    }
+
+/* Opens <path> into <lf>, closing what <lf> held first; NULL <path> just closes. Returns 0, or
+ * -errno with <lf> closed. */
+int log_file_open(struct log_file *lf, const char *path, int std_fd)
+    __attribute__((warn_unused_result));
+/* Opens the same path again (a no-op for "-" and when closed). Returns 0, or -errno with the old
+ * descriptor kept. */
+int log_file_reopen(struct log_file *lf) __attribute__((warn_unused_result));
+void log_file_close(struct log_file *lf);
 
 extern int g_log_level; /* enum cfg_log_level */
 

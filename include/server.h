@@ -29,6 +29,9 @@ int server_start_tls(const struct cfg_addr *addrs, size_t n, char *err, size_t e
 int server_listen_socket(const struct cfg_addr *addr, int backlog, const char *what, char *err,
                          size_t errlen);
 
+/* Client connections open, HTTP and TLS alike: the one budget max_connections bounds (each costs
+ * descriptors). */
+unsigned server_conn_count(void);
 /* Called when a connection (HTTP or TLS) was freed: resume accepting if it was paused. */
 void server_conn_closed(void);
 /* Stop accepting and close the listening sockets (shutdown). */

@@ -11,6 +11,9 @@
  * again once on a fresh connection (GET/HEAD are idempotent).
  * Timeouts: connect_timeout; first_byte_timeout from the request (including a wait for a slot)
  * to the response head; read_timeout between body reads (not while paused by the sink).
+ * Logging: what went wrong (connect error, bad head or framing, the error and the state it ended
+ * in) is logged at debug level only, as "up#ID ORIGIN: ..."; the caller decides what the failure
+ * means and logs it (a socket() failure, a local resource problem, is a warning here).
  *
  * Lifecycle: upstream_start() -> [on_head] -> on_body* -> on_done (exactly once, last) -> freed
  * by this module right after on_done returns. upstream_cancel() instead ends it silently.

@@ -43,6 +43,18 @@ uint64_t util_wall_ms(void);
 /* Case-insensitive compare of <a>[0..alen) with the NUL-terminated <b>. */
 bool util_ieq(const char *a, size_t alen, const char *b);
 
+struct sockaddr_storage;
+
+/* Room for util_addr_text's longest output, "[v6 address]:65535", with its NUL. */
+#define UTIL_ADDR_TEXT_MAX 56
+/*
+ * The address of <ss> as text: "1.2.3.4:80" for IPv4, "[::1]:80" for IPv6, "-" for any other
+ * family. util_addr_ip writes the address alone ("1.2.3.4", "::1"). Both always NUL-terminate
+ * <out> (cut to <cap>).
+ */
+void util_addr_text(const struct sockaddr_storage *ss, char *out, size_t cap);
+void util_addr_ip(const struct sockaddr_storage *ss, char *out, size_t cap);
+
 /* Set O_NONBLOCK and FD_CLOEXEC on <fd>. Returns 0 or -errno. */
 int util_set_nonblock(int fd);
 

@@ -3,7 +3,6 @@
 #include "access.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +16,7 @@
 #define ACCESS_LINE 16384
 #define ACCESS_FIELD_MAX 2048 /* longer values are cut, keeping lines bounded and valid */
 
-static int access_fd = -1;
-static char *access_path;
+static struct log_file access_file = LOG_FILE_CLOSED;
 static enum cfg_access_format access_fmt;
 static char access_buf[ACCESS_BUF];
 static size_t access_len;
@@ -159,64 +157,43 @@ size_t access_format_json(const struct access_entry *e, uint64_t wall_ms, char *
     return w.len;
 }
 
-static int open_path(void)
-{
-    if (strcmp(access_path, "-") == 0)
-        return dup(STDOUT_FILENO);
-    return open(access_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-}
-
 int access_open(const char *path, enum cfg_access_format fmt)
 {
     access_close();
     access_fmt = fmt;
-    if (path == NULL)
-        return 0;
-    access_path = xstrdup(path);
-    access_fd = open_path();
-    if (access_fd < 0) {
-        int e = errno;
-        log_err("cannot open access log %s: %s", path, strerror(e));
-        free(access_path);
-        access_path = NULL;
-        return -e;
+    int rc = log_file_open(&access_file, path, STDOUT_FILENO);
+    if (rc < 0) {
+        log_err("cannot open access log %s: %s", path, strerror(-rc));
+        errno = -rc;
     }
-    return 0;
+    return rc;
 }
 
 int access_reopen(void)
 {
-    if (access_path == NULL)
+    if (access_file.path == NULL)
         return 0;
     access_flush();
-    int fd = open_path();
-    if (fd < 0) {
-        int e = errno;
-        log_err("cannot reopen access log %s: %s (keeping the old file)", access_path, strerror(e));
-        return -e;
-    }
-    close(access_fd);
-    access_fd = fd;
-    return 0;
+    int rc = log_file_reopen(&access_file);
+    if (rc < 0)
+        log_err("cannot reopen access log %s: %s (keeping the old file)", access_file.path,
+                strerror(-rc));
+    return rc;
 }
 
 void access_close(void)
 {
-    if (access_fd >= 0) {
+    if (access_file.fd >= 0)
         access_flush();
-        close(access_fd);
-    }
-    access_fd = -1;
-    free(access_path);
-    access_path = NULL;
+    log_file_close(&access_file);
     access_len = 0;
 }
 
 void access_flush(void)
 {
     size_t off = 0;
-    while (access_fd >= 0 && off < access_len) {
-        ssize_t n = write(access_fd, access_buf + off, access_len - off);
+    while (access_file.fd >= 0 && off < access_len) {
+        ssize_t n = write(access_file.fd, access_buf + off, access_len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -230,7 +207,7 @@ void access_flush(void)
 
 void access_log(const struct access_entry *e, uint64_t wall_ms)
 {
-    if (access_fd < 0)
+    if (access_file.fd < 0)
         return;
     if (ACCESS_BUF - access_len < ACCESS_LINE + 1)
         access_flush();

@@ -40,17 +40,12 @@
 #include "buf.h"
 #include "cache.h"
 #include "config.h"
-#include "conn.h"
 #include "domains.h"
-#include "fetch.h"
 #include "http1.h"
 #include "log.h"
 #include "server.h"
 #include "stats.h"
-#include "tlsrelay.h"
 #include "util.h"
-
-extern const struct config *g_cfg;
 
 #define ADMIN_MAGIC 0xad3170c0u
 #define ADMIN_MAX_CONNS 64
@@ -238,188 +233,17 @@ static void mw_sample(struct mw *w, const char *label_value, uint64_t v)
     w->n_samples++;
 }
 
-static uint64_t stat_at(size_t off)
-{
-    uint64_t v;
-    ASSERT(off + sizeof(v) <= sizeof(g_stats));
-    memcpy(&v, (const char *)&g_stats + off, sizeof(v));
-    return v;
-}
-
-/* g_stats fields exported inside the labelled families below (and so not again on their own). */
-struct stat_label {
-    const char *label;
-    size_t off;
-};
-
-static const struct stat_label resp_bytes[] = {
-    {"hit", offsetof(struct stats, bytes_hit)},
-    {"miss", offsetof(struct stats, bytes_miss)},
-    {"bypass", offsetof(struct stats, bytes_bypass)},
-};
-
-static const struct stat_label errors[] = {
-    {"upstream_connect", offsetof(struct stats, upstream_err_connect)},
-    {"upstream_timeout", offsetof(struct stats, upstream_err_timeout)},
-    {"upstream_proto", offsetof(struct stats, upstream_err_proto)},
-    {"upstream_io", offsetof(struct stats, upstream_err_io)},
-    {"client_bad_request", offsetof(struct stats, client_bad_request)},
-    {"client_timeout", offsetof(struct stats, client_timeout)},
-    {"client_reset", offsetof(struct stats, client_reset)},
-    {"forbidden", offsetof(struct stats, forbidden)},
-    {"loop", offsetof(struct stats, loops)},
-    {"dns", offsetof(struct stats, dns_failures)},
-};
-
-static const struct stat_label tls_bytes[] = {
-    {"up", offsetof(struct stats, tls_bytes_up)},
-    {"down", offsetof(struct stats, tls_bytes_down)},
-};
-
-static const struct stat_label tls_refused[] = {
-    {"no_sni", offsetof(struct stats, tls_refused_no_sni)},
-    {"not_tls", offsetof(struct stats, tls_refused_not_tls)},
-    {"malformed", offsetof(struct stats, tls_refused_malformed)},
-    {"ip_literal", offsetof(struct stats, tls_refused_ip_literal)},
-    {"unlisted", offsetof(struct stats, tls_refused_unlisted)},
-    {"private", offsetof(struct stats, tls_refused_private)},
-    {"resolve", offsetof(struct stats, tls_refused_resolve)},
-    {"timeout", offsetof(struct stats, tls_refused_timeout)},
-    {"connect", offsetof(struct stats, tls_refused_connect)},
-    {"eof", offsetof(struct stats, tls_refused_eof)},
-    {"loop", offsetof(struct stats, tls_refused_loop)},
-    {"overload", offsetof(struct stats, tls_refused_overload)},
-};
-
-static const size_t upstream_offs[] = {
-    offsetof(struct stats, upstream_requests),
-    offsetof(struct stats, upstream_bytes),
-};
-
-/* Generic fields whose natural name would collide with a family above. */
-static const struct {
-    const char *field, *name;
-} renames[] = {
-    {"requests", "client_requests"}, /* requests_total{status} counts responses */
-};
-
-static bool stat_is_covered(size_t off)
-{
-    for (size_t i = 0; i < ARRAY_SIZE(resp_bytes); i++)
-        if (resp_bytes[i].off == off)
-            return true;
-    for (size_t i = 0; i < ARRAY_SIZE(errors); i++)
-        if (errors[i].off == off)
-            return true;
-    for (size_t i = 0; i < ARRAY_SIZE(upstream_offs); i++)
-        if (upstream_offs[i] == off)
-            return true;
-    for (size_t i = 0; i < ARRAY_SIZE(tls_bytes); i++)
-        if (tls_bytes[i].off == off)
-            return true;
-    for (size_t i = 0; i < ARRAY_SIZE(tls_refused); i++)
-        if (tls_refused[i].off == off)
-            return true;
-    return false;
-}
-
 static struct admin_ctx *actx; /* borrows: main's */
 static unsigned n_conns;
 
-static void write_metrics(struct mw *w)
+static void on_export_family(const struct stats_family *fam, void *arg)
 {
-    struct cache_stats cs;
-    memset(&cs, 0, sizeof(cs));
-    if (actx->cache != NULL)
-        cache_get_stats(actx->cache, &cs);
+    mw_family(arg, fam->name, fam->type, fam->help, fam->label);
+}
 
-    mw_family(w, "requests_total", "counter", "client responses by status code", "status");
-    for (int s = 0; s < STATS_STATUS_MAX; s++) {
-        if (g_stats_status[s] == 0)
-            continue;
-        char v[16];
-        snprintf(v, sizeof(v), "%d", s);
-        mw_sample(w, v, g_stats_status[s]);
-    }
-    mw_family(w, "response_bytes_total", "counter",
-              "response body bytes sent to clients, by cache status", "cache");
-    for (size_t i = 0; i < ARRAY_SIZE(resp_bytes); i++)
-        mw_sample(w, resp_bytes[i].label, stat_at(resp_bytes[i].off));
-    mw_family(w, "upstream_requests_total", "counter", "requests sent to origins", NULL);
-    mw_sample(w, NULL, g_stats.upstream_requests);
-    mw_family(w, "upstream_bytes_total", "counter", "response body bytes received from origins",
-              NULL);
-    mw_sample(w, NULL, g_stats.upstream_bytes);
-    mw_family(w, "coalesced_total", "counter", "chunk requests that joined a fetch in flight",
-              NULL);
-    mw_sample(w, NULL, cs.coalesced);
-    mw_family(w, "inflight_fetches", "gauge", "origin fetches running", NULL);
-    mw_sample(w, NULL, fetch_live());
-    mw_family(w, "connections", "gauge", "open connections by listener", "kind");
-    mw_sample(w, "http", conn_count());
-    mw_sample(w, "tls", tlsrelay_count());
-    mw_sample(w, "admin", n_conns);
-    mw_family(w, "cache_bytes", "gauge", "bytes held by the cache, by tier", "tier");
-    mw_sample(w, "memory", cs.mem_bytes);
-    mw_sample(w, "disk", cs.disk_bytes);
-    mw_family(w, "cache_chunks", "gauge", "chunks held by the cache, by tier", "tier");
-    mw_sample(w, "memory", cs.mem_chunks);
-    mw_sample(w, "disk", cs.disk_chunks);
-    mw_family(w, "evictions_total", "counter", "chunks evicted, by tier", "tier");
-    mw_sample(w, "memory", cs.evictions);
-    mw_sample(w, "disk", cs.disk_evictions);
-    mw_family(w, "integrity_failures_total", "counter",
-              "cached chunk files that failed verification (deleted, refetched)", NULL);
-    mw_sample(w, NULL, cs.integrity_failures);
-    mw_family(w, "errors_total", "counter", "handled failures, by kind", "kind");
-    for (size_t i = 0; i < ARRAY_SIZE(errors); i++)
-        mw_sample(w, errors[i].label, stat_at(errors[i].off));
-    mw_sample(w, "disk_write", cs.disk_write_errors);
-    mw_family(w, "cache_hits_total", "counter", "chunk lookups answered from the cache, by tier",
-              "tier");
-    mw_sample(w, "memory", cs.mem_hits);
-    mw_sample(w, "disk", cs.disk_hits);
-    mw_family(w, "cache_misses_total", "counter", "chunk lookups that started a fetch", NULL);
-    mw_sample(w, NULL, cs.misses);
-    mw_family(w, "cache_disk_writes_total", "counter", "chunk files written", NULL);
-    mw_sample(w, NULL, cs.disk_writes);
-    mw_family(w, "cache_disk_io_pending", "gauge",
-              "chunk file reads and writes queued or running on the I/O threads", NULL);
-    mw_sample(w, NULL, cs.io_pending);
-    mw_family(w, "cache_dirs_down", "gauge",
-              "cache dirs switched to pass-through after a disk error (ENOSPC, EIO)", NULL);
-    mw_sample(w, NULL, cs.shards_down);
-    mw_family(w, "cache_purged_chunks_total", "counter", "chunks removed by PURGE", NULL);
-    mw_sample(w, NULL, cs.purged);
-    mw_family(w, "readahead_chunks_total", "counter",
-              "chunks fetched ahead of their readers (read-ahead runs)", NULL);
-    mw_sample(w, NULL, cs.readahead);
-    mw_family(w, "tls_bytes_total", "counter",
-              "bytes relayed by the TLS passthrough (up: client to origin, down: origin to client)",
-              "direction");
-    for (size_t i = 0; i < ARRAY_SIZE(tls_bytes); i++)
-        mw_sample(w, tls_bytes[i].label, stat_at(tls_bytes[i].off));
-    mw_family(w, "tls_refused_total", "counter",
-              "TLS connections closed before or instead of being relayed, by reason", "reason");
-    for (size_t i = 0; i < ARRAY_SIZE(tls_refused); i++)
-        mw_sample(w, tls_refused[i].label, stat_at(tls_refused[i].off));
-
-    /* Every other counter of the stats table, so that nothing is hidden. */
-    size_t n;
-    const struct stats_field *f = stats_fields(&n);
-    for (size_t i = 0; i < n; i++) {
-        if (stat_is_covered(f[i].offset))
-            continue;
-        const char *name = f[i].name;
-        for (size_t k = 0; k < ARRAY_SIZE(renames); k++)
-            if (strcmp(name, renames[k].field) == 0)
-                name = renames[k].name;
-        bool counter = strcmp(f[i].kind, "counter") == 0;
-        char fam[96];
-        snprintf(fam, sizeof(fam), "%s%s", name, counter ? "_total" : "");
-        mw_family(w, fam, counter ? "counter" : "gauge", f[i].help, NULL);
-        mw_sample(w, NULL, stat_at(f[i].offset));
-    }
+static void on_export_sample(const char *label_value, uint64_t value, void *arg)
+{
+    mw_sample(arg, label_value, value);
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -572,13 +396,8 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
         }
         snprintf(ident, sizeof(ident), "%s", id);
     }
-    size_t ilen = strlen(ident);
-    size_t klen = ilen + 1 + plen;
-    char *key = xmalloc(klen + 1);
-    memcpy(key, ident, ilen);
-    key[ilen] = '\n';
-    memcpy(key + ilen + 1, path, plen);
-    key[klen] = '\0';
+    size_t klen;
+    char *key = cache_key_build(ident, path, plen, &klen);
     int n = actx->cache != NULL ? cache_purge(actx->cache, key, klen) : 0;
     free(key);
     if (n < 0) {
@@ -619,7 +438,7 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
         struct mw w;
         bool prom = path_is(h, req, "/metrics");
         mw_begin(&w, &body, prom ? MFMT_PROM : MFMT_JSON);
-        write_metrics(&w);
+        stats_export(on_export_family, on_export_sample, &w);
         mw_finish(&w);
         respond(c, req, 200, prom ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
                 NULL, body.p, body.len, head);
@@ -810,16 +629,7 @@ static void admin_conn_new(int fd, const struct sockaddr_storage *peer)
     c->magic = ADMIN_MAGIC;
     c->id = ++next_id;
     c->fd = fd;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (peer->ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)peer;
-        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
-    } else if (peer->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)peer;
-        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
-    }
+    util_addr_text(peer, c->peer, sizeof(c->peer));
     buf_alloc(&c->in, ADMIN_INBUF);
     ev_init(&c->io, on_admin_io);
     ev_init(&c->timer, on_admin_timeout);

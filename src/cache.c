@@ -41,6 +41,7 @@
 #include "iopool.h"
 #include "log.h"
 #include "range.h"
+#include "stats.h"
 #include "util.h"
 
 #define CACHE_MAGIC 0xcac4e001u
@@ -356,7 +357,7 @@ static bool evict_for(struct cache *c, uint64_t need)
             ck->clock_ref = false;
             continue;
         }
-        c->st.evictions++;
+        g_stats.cache_evictions++;
         table_remove(c, ck); /* frees it: refs was 1 */
     }
     return c->mem_used + need <= c->budget;
@@ -425,7 +426,7 @@ static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t 
     ck->state = CHUNK_S_FILLING;
     ck->started_by_fetch = true;
     table_insert(c, ck);
-    c->st.misses++;
+    g_stats.cache_misses++;
     return ck;
 }
 
@@ -736,7 +737,7 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     ck->fd = lj->fd;
     lj->fd = -1;
     ck->body_off = (off_t)lj->hdr_len;
-    c->st.disk_hits++;
+    g_stats.cache_disk_hits++;
     diskidx_touch(c->didx, ck->obj, ck->index, util_wall_ms());
     return true;
 }
@@ -747,7 +748,7 @@ static void load_report(struct cache *c, const struct load_job *lj, const struct
     if (lj->res == LOAD_BAD) {
         if (lj->deleted)
             diskidx_remove(c->didx, ck->obj, ck->index);
-        c->st.integrity_failures++;
+        g_stats.cache_integrity_failures++;
         log_warn("cache: %s: %s: deleted, will refetch", lj->path, lj->why);
     } else if (lj->res == LOAD_ERROR) {
         /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
@@ -780,7 +781,7 @@ static void on_load_done(struct iojob *j)
         cache_chunk_failed(ck, CHUNK_FAIL_502);
     } else if (ck->origin != NULL) {
         ck->started_by_fetch = true;
-        c->st.misses++;
+        g_stats.cache_misses++;
         fetch_start_at(ck, ck->origin_off, ck->origin);
     } else {
         cache_chunk_failed(ck, CHUNK_FAIL_PASS); /* a probe (HEAD): forwarded */
@@ -870,17 +871,17 @@ static void on_store_done(struct iojob *j)
     bool cancelled = sj->cancelled; /* set after the rename: PURGE deleted the file again */
     pthread_mutex_unlock(&c->disk_mu);
     if (sj->rc == 0 && !cancelled) {
-        c->st.disk_writes++;
+        g_stats.cache_disk_writes++;
         /* What we just wrote needs no verification on its first read. */
         if (sj->have_sb) {
             diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sj->sb), util_wall_ms());
             verified_mark(c, ck->obj, ck->index, &sj->sb);
         }
     } else if (sj->rc != 0 && sj->rc != -ECANCELED) {
-        c->st.disk_write_errors++;
-        if (c->st.disk_write_errors < 10 || c->st.disk_write_errors % 1000 == 0)
+        g_stats.cache_disk_write_errors++;
+        if (g_stats.cache_disk_write_errors < 10 || g_stats.cache_disk_write_errors % 1000 == 0)
             log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", sj->path,
-                     strerror(-sj->rc), (unsigned long long)c->st.disk_write_errors);
+                     strerror(-sj->rc), (unsigned long long)g_stats.cache_disk_write_errors);
         if (shard_error(-sj->rc, SHARD_STORE))
             shard_fail(c, sj->shard, SHARD_STORE, -sj->rc);
     }
@@ -942,10 +943,10 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
                 *created = true;
             }
         } else if (ck->state == CHUNK_S_SEALED) {
-            c->st.mem_hits++;
+            g_stats.cache_mem_hits++;
             diskidx_touch(c->didx, obj, index, util_wall_ms()); /* keep its file recent too */
         } else
-            c->st.coalesced++; /* joined a fetch in flight */
+            g_stats.cache_coalesced++; /* joined a fetch in flight */
         return ck;
     }
     struct load_job *lj =
@@ -1113,7 +1114,7 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
     }
     if (n == 0)
         return 0;
-    c->st.readahead += n;
+    g_stats.cache_readahead += n;
     fetch_start(cks, n, origin);
     for (size_t i = 0; i < n; i++)
         cache_chunk_unref(&cks[i]); /* the table and the fetch hold them */
@@ -1145,7 +1146,7 @@ struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len
         table_remove(c, old);
     else if (cache_chunk_exists(c, key, key_len, index))
         return NULL;
-    c->st.readahead++;
+    g_stats.cache_readahead++;
     return chunk_new_filling(c, key, key_len, obj, index);
 }
 
@@ -1259,7 +1260,7 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     }
     if (v != NULL)
         memset(objver_slot(c, obj), 0, sizeof(struct objver));
-    c->st.purged += (uint64_t)removed;
+    g_stats.cache_purged += (uint64_t)removed;
     return removed;
 }
 

@@ -38,6 +38,9 @@
 
 #include "util.h"
 
+const struct config *g_cfg;
+const struct domains *g_domains;
+
 #define CONFIG_FILE_MAX (1u << 20) /* a config file larger than this is refused */
 #define CONFIG_MSG_MAX 320
 #define CONFIG_TOKEN_MAX (CONFIG_HOST_MAX + 16)
@@ -61,6 +64,10 @@ struct cfg_key {
     uint64_t max; /* numeric maximum (uint keys only) */
     bool list;    /* may be repeated / continued: values append */
     const char *def;
+    /* NULL: a reload applies the key. Otherwise the key cannot change on reload: a reload keeps
+     * the running value and reports this text, the rest of "[section] name ..." (see
+     * config_keep_fixed). */
+    const char *fixed;
 };
 
 static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool,
@@ -78,13 +85,15 @@ static const struct cfg_key cfg_keys[] = {
      .off = offsetof(struct config, listen),
      .off2 = offsetof(struct config, n_listen),
      .list = true,
-     .def = "0.0.0.0:80, [::]:80"},
+     .def = "0.0.0.0:80, [::]:80",
+     .fixed = "cannot change live: kept (restart to apply)"},
     {.section = "server",
      .name = "admin_listen",
      .parse = parse_addr_opt,
      .off = offsetof(struct config, admin_listen),
      .off2 = offsetof(struct config, has_admin),
-     .def = "127.0.0.1:8081"},
+     .def = "127.0.0.1:8081",
+     .fixed = "cannot change live: kept"},
     {.section = "server", .name = "hostname", .parse = parse_hostname, .def = ""},
     {.section = "server",
      .name = "max_connections",
@@ -120,14 +129,16 @@ static const struct cfg_key cfg_keys[] = {
      .name = "dns",
      .parse = parse_dns,
      .list = true,
-     .def = "8.8.8.8 8.8.4.4"},
+     .def = "8.8.8.8 8.8.4.4",
+     .fixed = "cannot change live yet: kept (restart to apply)"},
     {.section = "upstream",
      .name = "override",
      .parse = parse_hostport_opt,
      .off = offsetof(struct config, override),
      .off2 = offsetof(struct config, has_override),
      .min = 80,
-     .def = ""},
+     .def = "",
+     .fixed = "cannot change live: kept"},
     {.section = "upstream",
      .name = "connect_timeout",
      .parse = parse_duration,
@@ -176,7 +187,8 @@ static const struct cfg_key cfg_keys[] = {
      .name = "dir",
      .parse = parse_dirs,
      .list = true,
-     .def = "/var/cache/cacheparty"},
+     .def = "/var/cache/cacheparty",
+     .fixed = "cannot change live: kept"},
     {.section = "cache",
      .name = "disk_size",
      .parse = parse_size,
@@ -194,7 +206,12 @@ static const struct cfg_key cfg_keys[] = {
      .off = offsetof(struct config, memory_size),
      .min = 1,
      .def = "256M"},
-    {.section = "cache", .name = "chunk_size", .parse = parse_chunk, .def = "1M"},
+    {.section = "cache",
+     .name = "chunk_size",
+     .parse = parse_chunk,
+     .off = offsetof(struct config, chunk_size),
+     .def = "1M",
+     .fixed = "cannot change live: kept"},
     {.section = "cache",
      .name = "max_age",
      .parse = parse_duration,
@@ -224,7 +241,8 @@ static const struct cfg_key cfg_keys[] = {
      .off = offsetof(struct config, tls_listen),
      .off2 = offsetof(struct config, n_tls_listen),
      .list = true,
-     .def = ""},
+     .def = "",
+     .fixed = "cannot change live: kept"},
     {.section = "tls",
      .name = "handshake_timeout",
      .parse = parse_duration,
@@ -243,7 +261,8 @@ static const struct cfg_key cfg_keys[] = {
      .off = offsetof(struct config, tls_override),
      .off2 = offsetof(struct config, has_tls_override),
      .min = 443,
-     .def = ""},
+     .def = "",
+     .fixed = "cannot change live: kept"},
     {.section = "tls",
      .name = "access",
      .parse = parse_path_opt,
@@ -655,13 +674,12 @@ static int parse_chunk(struct config *cfg, const struct cfg_key *key, const char
 {
     uint64_t v = 0;
 
-    (void)key;
     (void)append;
     if (size_value(val, &v, msg, msglen) != 0)
         return -1;
     if (v < ((uint64_t)4 << 10) || v > ((uint64_t)64 << 20) || (v & (v - 1)) != 0)
         return bad(msg, msglen, "'%s' must be a power of two between 4K and 64M", val);
-    cfg->chunk_size = v;
+    *(uint64_t *)field(cfg, key->off) = v;
     return 0;
 }
 
@@ -1166,6 +1184,182 @@ void config_free(struct config **cfg)
     free(c->path);
     free(c);
     *cfg = NULL;
+}
+
+/* ---- reload: keys that cannot change live ---- */
+
+static const void *cfield(const struct config *cfg, size_t off)
+{
+    return (const char *)cfg + off;
+}
+
+/*
+ * Keeps in <n> the running value <o> of one key, where the two differ. Returns true when they
+ * differed (and <n> now holds the running value). One function per kind of value, found from the
+ * key's parser: the ones for generic parsers use the key's .off/.off2, the others the fields
+ * their parser writes.
+ */
+typedef bool cfg_keep_fn(struct config *n, const struct config *o, const struct cfg_key *key);
+
+static bool keep_u64(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    uint64_t *dst = field(n, key->off);
+    const uint64_t *src = cfield(o, key->off);
+
+    if (*dst == *src)
+        return false;
+    *dst = *src;
+    return true;
+}
+
+static bool keep_unsigned(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    unsigned *dst = field(n, key->off);
+    const unsigned *src = cfield(o, key->off);
+
+    if (*dst == *src)
+        return false;
+    *dst = *src;
+    return true;
+}
+
+static bool keep_bool(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    bool *dst = field(n, key->off);
+    const bool *src = cfield(o, key->off);
+
+    if (*dst == *src)
+        return false;
+    *dst = *src;
+    return true;
+}
+
+/* Address lists compare by the text of each address, in order. */
+static bool keep_addr_list(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    struct cfg_addr *dst = field(n, key->off);
+    const struct cfg_addr *src = cfield(o, key->off);
+    size_t *nd = field(n, key->off2);
+    const size_t *ns = cfield(o, key->off2);
+    bool same = *nd == *ns;
+
+    for (size_t i = 0; same && i < *nd; i++)
+        same = strcmp(dst[i].text, src[i].text) == 0;
+    if (same)
+        return false;
+    memcpy(dst, src, sizeof(*dst) * CONFIG_MAX_ADDRS);
+    *nd = *ns;
+    return true;
+}
+
+static bool keep_addr_opt(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    struct cfg_addr *dst = field(n, key->off);
+    const struct cfg_addr *src = cfield(o, key->off);
+    bool *hd = field(n, key->off2);
+    const bool *hs = cfield(o, key->off2);
+
+    if (*hd == *hs && (!*hd || strcmp(dst->text, src->text) == 0))
+        return false;
+    *hd = *hs;
+    *dst = *src;
+    return true;
+}
+
+static bool keep_hostport_opt(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    struct cfg_hostport *dst = field(n, key->off);
+    const struct cfg_hostport *src = cfield(o, key->off);
+    bool *hd = field(n, key->off2);
+    const bool *hs = cfield(o, key->off2);
+
+    if (*hd == *hs && (!*hd || (strcmp(dst->host, src->host) == 0 && dst->port == src->port)))
+        return false;
+    *hd = *hs;
+    *dst = *src;
+    return true;
+}
+
+static bool keep_dirs(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    bool same = n->n_dirs == o->n_dirs;
+
+    (void)key;
+    for (size_t i = 0; same && i < n->n_dirs; i++)
+        same = strcmp(n->dirs[i], o->dirs[i]) == 0;
+    if (same)
+        return false;
+    for (size_t i = 0; i < n->n_dirs; i++) {
+        free(n->dirs[i]);
+        n->dirs[i] = NULL;
+    }
+    for (size_t i = 0; i < o->n_dirs; i++)
+        n->dirs[i] = xstrdup(o->dirs[i]);
+    n->n_dirs = o->n_dirs;
+    return true;
+}
+
+static bool keep_dns(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    (void)key;
+    if (n->dns_system == o->dns_system && n->n_dns == o->n_dns &&
+        memcmp(n->dns, o->dns, sizeof(n->dns[0]) * n->n_dns) == 0)
+        return false;
+    n->dns_system = o->dns_system;
+    memcpy(n->dns, o->dns, sizeof(n->dns));
+    n->n_dns = o->n_dns;
+    return true;
+}
+
+/* Strings that may be NULL (path keys). */
+static bool keep_path(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    char **dst = field(n, key->off);
+    char *const *src = cfield(o, key->off);
+
+    if ((*dst == NULL && *src == NULL) || (*dst != NULL && *src != NULL && strcmp(*dst, *src) == 0))
+        return false;
+    free(*dst);
+    *dst = *src != NULL ? xstrdup(*src) : NULL;
+    return true;
+}
+
+static cfg_keep_fn *keep_fn_of(const struct cfg_key *key)
+{
+    static const struct {
+        cfg_parse_fn *parse;
+        cfg_keep_fn *keep;
+    } kinds[] = {
+        {parse_uint, keep_unsigned},     {parse_duration, keep_u64},
+        {parse_size, keep_u64},          {parse_chunk, keep_u64},
+        {parse_bool, keep_bool},         {parse_addr_list, keep_addr_list},
+        {parse_addr_opt, keep_addr_opt}, {parse_hostport_opt, keep_hostport_opt},
+        {parse_dirs, keep_dirs},         {parse_dns, keep_dns},
+        {parse_path_opt, keep_path},     {parse_path, keep_path},
+    };
+
+    for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+        if (kinds[i].parse == key->parse)
+            return kinds[i].keep;
+    }
+    WRONG("a key that cannot change live has a parser without a keep function");
+}
+
+unsigned config_keep_fixed(struct config *next, const struct config *cur, config_kept_fn *kept,
+                           void *arg)
+{
+    unsigned n = 0;
+
+    ASSERT(next != NULL && cur != NULL);
+    for (size_t i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
+        const struct cfg_key *key = &cfg_keys[i];
+        if (key->fixed == NULL || !keep_fn_of(key)(next, cur, key))
+            continue;
+        n++;
+        if (kept != NULL)
+            kept(key->section, key->name, key->fixed, arg);
+    }
+    return n;
 }
 
 /* Appends printf output to buf[*off..len), never overflowing; *off saturates at len. */

@@ -46,8 +46,6 @@
 #include "upstream.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 static struct conn *conns;
 static unsigned n_conns;
 static unsigned conn_next_id;
@@ -789,18 +787,8 @@ void conn_new(struct conn_ctx *ctx, int fd, const struct sockaddr_storage *peer)
     c->ctx = ctx;
     c->fd = fd;
     c->state = CONN_S_READ_HEAD;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (peer->ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)peer;
-        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(s->sin_port));
-        snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
-    } else if (peer->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)peer;
-        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(s->sin6_port));
-        snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
-    }
+    util_addr_text(peer, c->peer, sizeof(c->peer));
+    util_addr_ip(peer, c->peer_ip, sizeof(c->peer_ip));
     buf_alloc(&c->in, CONN_INBUF);
     c->idle_since = ev_now(ctx->loop);
     c->last_write = c->idle_since;

@@ -28,8 +28,6 @@
 #include "stats.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 static const struct h1_field *field(const struct conn *c, const char *name)
 {
     return h1_find(c->req_head, c->req.fields, c->req.n_fields, name);
@@ -220,12 +218,8 @@ void conn_cache_begin(struct conn *c)
 {
     c->cached = true;
     c->force = query_has_nocache(c);
-    c->objkey_len = strlen(c->ident) + 1 + c->req.path_only.len;
-    c->objkey = xmalloc(c->objkey_len + 1);
-    snprintf(c->objkey, c->objkey_len + 1, "%s\n%.*s", c->ident, (int)c->req.path_only.len,
-             c->req_head + c->req.path_only.off);
-    if (c->req.path_only.len == 0) /* absolute-form without a path */
-        c->objkey[c->objkey_len - 1] = '/';
+    c->objkey = cache_key_build(c->ident, c->req_head + c->req.path_only.off, c->req.path_only.len,
+                                &c->objkey_len);
 
     if (c->head_req) {
         /* HEAD never fills the cache: answer from a stored chunk, else forward it. */

@@ -48,8 +48,6 @@
 #define FETCH_MAGIC 0xfe7c4001u
 #define FETCH_ATTEMPTS 3 /* resumptions after a failure mid-body */
 
-extern const struct config *g_cfg;
-
 struct fetch {
     unsigned magic;
     struct fetch *next, **pprev;       /* all live fetches */

@@ -3,20 +3,64 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
 int g_log_level = CFG_LOG_INFO;
 
-static FILE *log_fp;   /* owns; NULL = stderr */
-static char *log_path; /* owns; NULL = stderr */
+static struct log_file log_out = LOG_FILE_CLOSED; /* closed = stderr */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+int log_file_open(struct log_file *lf, const char *path, int std_fd)
+{
+    log_file_close(lf);
+    if (path == NULL)
+        return 0;
+    if (strcmp(path, "-") == 0) {
+        lf->fd = std_fd;
+        lf->is_std = true;
+    } else {
+        lf->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (lf->fd < 0)
+            return -errno;
+    }
+    lf->path = xstrdup(path);
+    return 0;
+}
+
+int log_file_reopen(struct log_file *lf)
+{
+    if (lf->path == NULL || lf->is_std)
+        return 0;
+    int fd = open(lf->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    if (lf->fd >= 0)
+        close(lf->fd);
+    lf->fd = fd;
+    return 0;
+}
+
+void log_file_close(struct log_file *lf)
+{
+    if (lf->fd >= 0 && !lf->is_std)
+        close(lf->fd);
+    lf->fd = -1;
+    lf->is_std = false;
+    free(lf->path);
+    lf->path = NULL;
+}
+
+/* The error log path wanted; kept when it could not be opened, so that a reopen tries again. */
+static char *log_path; /* owns; NULL = stderr */
 
 int log_open(const char *path)
 {
@@ -31,24 +75,16 @@ int log_reopen(void)
 {
     if (log_path == NULL)
         return 0;
-    FILE *fp = fopen(log_path, "ae");
-    if (fp == NULL) {
-        int e = errno;
-        log_err("cannot open error log %s: %s", log_path, strerror(e));
-        return -e;
-    }
-    setvbuf(fp, NULL, _IOLBF, 0);
-    if (log_fp != NULL)
-        fclose(log_fp);
-    log_fp = fp;
-    return 0;
+    int rc = log_out.path != NULL ? log_file_reopen(&log_out)
+                                  : log_file_open(&log_out, log_path, STDERR_FILENO);
+    if (rc < 0)
+        log_err("cannot open error log %s: %s", log_path, strerror(-rc));
+    return rc;
 }
 
 void log_close(void)
 {
-    if (log_fp != NULL)
-        fclose(log_fp);
-    log_fp = NULL;
+    log_file_close(&log_out);
     free(log_path);
     log_path = NULL;
 }
@@ -74,8 +110,17 @@ void log_write(int level, const char *fmt, ...)
     if (k > 0)
         n += (size_t)k < sizeof(line) - n - 1 ? (size_t)k : sizeof(line) - n - 2;
     line[n++] = '\n';
-    FILE *fp = log_fp ? log_fp : stderr;
-    fwrite(line, 1, n, fp);
-    if (fp == stderr)
-        fflush(fp);
+    int fd = log_out.fd >= 0 ? log_out.fd : STDERR_FILENO;
+    int saved = errno;
+    const char *p = line;
+    while (n > 0) {
+        ssize_t k2 = write(fd, p, n);
+        if (k2 < 0 && errno == EINTR)
+            continue;
+        if (k2 <= 0)
+            break; /* nowhere left to say so */
+        p += k2;
+        n -= (size_t)k2;
+    }
+    errno = saved;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * main: command line, configuration snapshots (g_cfg), signals, wiring the modules in order,
- * graceful shutdown. No logic another module could own and test.
+ * main: command line, publishing the configuration snapshot (g_cfg and g_domains, see config.h),
+ * signals, wiring the modules in order, graceful shutdown. No logic another module could own and
+ * test.
  *
  * Start order: config -> log -> loop -> override addresses -> resolver -> upool -> conn -> server
  * -> TLS relay (its log, then its listeners) -> READY=1. Stop order is the reverse. SIGTERM/SIGINT:
@@ -32,6 +33,7 @@
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
+#include "stats.h"
 #include "tlsrelay.h"
 #include "upool.h"
 #include "upstream.h"
@@ -40,8 +42,6 @@
 #ifndef CACHEPARTY_VERSION
 #define CACHEPARTY_VERSION "0.1.0"
 #endif
-
-const struct config *g_cfg;
 
 /* Every snapshot ever published, freed at exit: a reload never frees one that a callback up the
  * stack may still read. Reloads are rare, so this stays small. */
@@ -80,12 +80,6 @@ static int load_domains(const struct config *cfg, struct domains **out, char *er
         return 0;
     *out = domains_load(cfg->cache_domains, err, errlen);
     return *out == NULL ? -1 : 0;
-}
-
-static void keep_domains(struct domains *d)
-{
-    domain_sets = xrealloc(domain_sets, (n_domain_sets + 1) * sizeof(*domain_sets));
-    domain_sets[n_domain_sets++] = d;
 }
 
 /* `cacheparty dns --ip ADDR [--format F]`: argv starts after "dns". */
@@ -135,11 +129,18 @@ static int cmd_dns(const struct config *cfg, int argc, char **argv)
     return 0;
 }
 
-static void publish(struct config *cfg)
+/* Publishes <cfg> and <d> (NULL: no lists) as the running snapshot; both live until exit. */
+static void publish(struct config *cfg, struct domains *d)
 {
     snapshots = xrealloc(snapshots, (n_snapshots + 1) * sizeof(*snapshots));
     snapshots[n_snapshots++] = cfg;
+    if (d != NULL) {
+        domain_sets = xrealloc(domain_sets, (n_domain_sets + 1) * sizeof(*domain_sets));
+        domain_sets[n_domain_sets++] = d;
+    }
     g_cfg = cfg;
+    g_domains = d;
+    ctx.domains = d;
     g_log_level = (int)cfg->level;
 }
 
@@ -185,14 +186,31 @@ static int resolve_override(const struct cfg_hostport *hp, struct sockaddr_stora
     return 0;
 }
 
-static unsigned live_conns(void)
+/* The gauges read from their owners when the counters are exported (/metrics, /status). */
+static void read_gauges(struct stats *st, void *arg)
 {
-    return conn_count() + tlsrelay_count();
+    struct cache_stats cs;
+
+    (void)arg;
+    memset(&cs, 0, sizeof(cs));
+    if (ctx.cache != NULL)
+        cache_get_stats(ctx.cache, &cs);
+    st->cache_mem_bytes = cs.mem_bytes;
+    st->cache_mem_chunks = cs.mem_chunks;
+    st->cache_dirs_down = cs.shards_down;
+    st->cache_io_pending = cs.io_pending;
+    st->cache_disk_bytes = cs.disk_bytes;
+    st->cache_disk_chunks = cs.disk_chunks;
+    st->cache_disk_evictions = cs.disk_evictions;
+    st->fetches_inflight = fetch_live();
+    st->conn_http = conn_count();
+    st->conn_tls = tlsrelay_count();
+    st->conn_admin = admin_conn_count();
 }
 
 static void stop_loop_if_drained(void)
 {
-    if (shutting_down && live_conns() == 0)
+    if (shutting_down && server_conn_count() == 0)
         ev_break(ctx.loop, EVBREAK_ALL);
 }
 
@@ -206,7 +224,8 @@ static void on_shutdown_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)w;
     (void)revents;
-    log_warn("shutdown_timeout reached with %u connections open: closing them", live_conns());
+    log_warn("shutdown_timeout reached with %u connections open: closing them",
+             server_conn_count());
     ev_break(loop, EVBREAK_ALL);
 }
 
@@ -218,7 +237,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
         ev_break(loop, EVBREAK_ALL);
         return;
     }
-    log_info("signal %d: draining %u connections (at most %llu ms)", w->signum, live_conns(),
+    log_info("signal %d: draining %u connections (at most %llu ms)", w->signum, server_conn_count(),
              (unsigned long long)g_cfg->shutdown_timeout_ms);
     shutting_down = true;
     sd_notify_send("STOPPING=1");
@@ -233,77 +252,10 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     stop_loop_if_drained();
 }
 
-static bool addrs_equal(const struct cfg_addr *a, size_t na, const struct cfg_addr *b, size_t nb)
+static void log_kept(const char *section, const char *name, const char *why, void *arg)
 {
-    if (na != nb)
-        return false;
-    for (size_t i = 0; i < na; i++)
-        if (strcmp(a[i].text, b[i].text) != 0)
-            return false;
-    return true;
-}
-
-/* Keeps in <n> what cannot change without a restart, logging each difference. */
-static void keep_fixed_settings(struct config *n, const struct config *o)
-{
-    if (!addrs_equal(n->listen, n->n_listen, o->listen, o->n_listen)) {
-        log_warn("reload: [server] listen cannot change live: kept (restart to apply)");
-        memcpy(n->listen, o->listen, sizeof(n->listen));
-        n->n_listen = o->n_listen;
-    }
-    if (n->has_admin != o->has_admin ||
-        (n->has_admin && strcmp(n->admin_listen.text, o->admin_listen.text) != 0)) {
-        log_warn("reload: [server] admin_listen cannot change live: kept");
-        n->has_admin = o->has_admin;
-        n->admin_listen = o->admin_listen;
-    }
-    if (!addrs_equal(n->tls_listen, n->n_tls_listen, o->tls_listen, o->n_tls_listen)) {
-        log_warn("reload: [tls] passthrough_listen cannot change live: kept");
-        memcpy(n->tls_listen, o->tls_listen, sizeof(n->tls_listen));
-        n->n_tls_listen = o->n_tls_listen;
-    }
-    if (n->chunk_size != o->chunk_size) {
-        log_warn("reload: [cache] chunk_size cannot change live: kept");
-        n->chunk_size = o->chunk_size;
-    }
-    bool dirs_same = n->n_dirs == o->n_dirs;
-    for (size_t i = 0; dirs_same && i < n->n_dirs; i++)
-        dirs_same = strcmp(n->dirs[i], o->dirs[i]) == 0;
-    if (!dirs_same)
-        log_warn("reload: [cache] dir cannot change live: kept");
-    for (size_t i = 0; !dirs_same && i < n->n_dirs; i++) {
-        free(n->dirs[i]);
-        n->dirs[i] = NULL;
-    }
-    for (size_t i = 0; !dirs_same && i < o->n_dirs; i++)
-        n->dirs[i] = xstrdup(o->dirs[i]);
-    if (!dirs_same)
-        n->n_dirs = o->n_dirs;
-    bool dns_same = n->dns_system == o->dns_system && n->n_dns == o->n_dns &&
-                    memcmp(n->dns, o->dns, sizeof(n->dns[0]) * n->n_dns) == 0;
-    if (!dns_same) {
-        log_warn("reload: [upstream] dns cannot change live yet: kept (restart to apply)");
-        n->dns_system = o->dns_system;
-        memcpy(n->dns, o->dns, sizeof(n->dns));
-        n->n_dns = o->n_dns;
-    }
-    bool ovr_same = n->has_override == o->has_override &&
-                    (!n->has_override || (strcmp(n->override.host, o->override.host) == 0 &&
-                                          n->override.port == o->override.port));
-    if (!ovr_same) {
-        log_warn("reload: [upstream] override cannot change live: kept");
-        n->has_override = o->has_override;
-        n->override = o->override;
-    }
-    bool tls_ovr_same =
-        n->has_tls_override == o->has_tls_override &&
-        (!n->has_tls_override || (strcmp(n->tls_override.host, o->tls_override.host) == 0 &&
-                                  n->tls_override.port == o->tls_override.port));
-    if (!tls_ovr_same) {
-        log_warn("reload: [tls] override cannot change live: kept");
-        n->has_tls_override = o->has_tls_override;
-        n->tls_override = o->tls_override;
-    }
+    (void)arg;
+    log_warn("reload: [%s] %s %s", section, name, why);
 }
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
@@ -317,7 +269,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         log_err("reload refused, keeping the running configuration: %s", err);
         return;
     }
-    keep_fixed_settings(n, g_cfg);
+    (void)config_keep_fixed(n, g_cfg, log_kept, NULL);
     struct domains *d = NULL;
     if (load_domains(n, &d, err, sizeof(err)) < 0) {
         log_err("reload refused, keeping the running configuration: %s", err);
@@ -329,10 +281,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     bool access_changed = strcmp(n->access_log ? n->access_log : "",
                                  g_cfg->access_log ? g_cfg->access_log : "") != 0 ||
                           n->access_format != g_cfg->access_format;
-    publish(n);
-    if (d != NULL)
-        keep_domains(d);
-    ctx.domains = d;
+    publish(n, d);
     cache_reconfigure(ctx.cache, n);
     if (log_changed)
         log_open(n->error_log);
@@ -451,10 +400,7 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return 0;
     }
-    publish(cfg);
-    if (doms != NULL)
-        keep_domains(doms);
-    ctx.domains = doms;
+    publish(cfg, doms);
     if (log_open(cfg->error_log) < 0)
         fprintf(stderr, "cacheparty: cannot open error log %s, using stderr\n", cfg->error_log);
     signal(SIGPIPE, SIG_IGN);
@@ -496,20 +442,21 @@ int main(int argc, char **argv)
     fctx.upool = ctx.upool;
     fctx.has_override = ctx.has_override;
     fctx.override_addr = ctx.override_addr;
-    fctx.domains = &ctx.domains;
+    fctx.domains = &g_domains;
     fetch_module_init(&fctx);
     conn_module_init(&ctx);
     if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {
         fprintf(stderr, "cacheparty: %s\n", err);
         goto out_modules;
     }
+    stats_provider_add(read_gauges, NULL);
     actx.loop = loop;
     actx.cache = ctx.cache;
-    actx.domains = &ctx.domains;
+    actx.domains = &g_domains;
     if (cfg->n_tls_listen > 0) {
         tctx.loop = loop;
         tctx.resolver = ctx.resolver;
-        tctx.domains = &ctx.domains;
+        tctx.domains = &g_domains;
         tctx.on_closed = on_conn_closed;
         if (cfg->has_tls_override) {
             if (resolve_override(&cfg->tls_override, &tctx.override_addr) < 0) {

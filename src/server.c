@@ -23,8 +23,6 @@
 #define SERVER_ACCEPT_BATCH 64
 #define SERVER_EMFILE_BACKOFF 0.1 /* seconds */
 
-extern const struct config *g_cfg;
-
 struct listener {
     ev_io io;
     struct cfg_addr addr;
@@ -38,8 +36,7 @@ static ev_timer backoff;
 static bool paused;
 static bool stopped;
 
-/* One budget for every client connection, HTTP and TLS alike: each costs descriptors. */
-static unsigned live_conns(void)
+unsigned server_conn_count(void)
 {
     return conn_count() + tlsrelay_count();
 }
@@ -73,7 +70,7 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)w;
     (void)revents;
-    if (live_conns() < g_cfg->max_connections)
+    if (server_conn_count() < g_cfg->max_connections)
         accept_resume();
 }
 
@@ -82,7 +79,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
     (void)revents;
     struct listener *l = container_of(w, struct listener, io);
     for (int i = 0; i < SERVER_ACCEPT_BATCH; i++) {
-        if (live_conns() >= g_cfg->max_connections) {
+        if (server_conn_count() >= g_cfg->max_connections) {
             log_warn("max_connections (%u) reached: not accepting", g_cfg->max_connections);
             accept_pause();
             return;
@@ -172,7 +169,7 @@ int server_start_tls(const struct cfg_addr *addrs, size_t n, char *err, size_t e
 
 void server_conn_closed(void)
 {
-    if (paused && !ev_is_active(&backoff) && live_conns() < g_cfg->max_connections)
+    if (paused && !ev_is_active(&backoff) && server_conn_count() < g_cfg->max_connections)
         accept_resume();
 }
 

@@ -41,8 +41,6 @@
 #include "tlshello.h"
 #include "util.h"
 
-extern const struct config *g_cfg;
-
 #define RELAY_MAGIC 0x7150e1a9u
 #define RELAY_PORT 443
 #define RELAY_TURN (512 * 1024) /* bytes per direction per wake-up (fairness) */
@@ -146,53 +144,7 @@ static struct tlsrelay_ctx *rctx; /* borrows: main's */
 static struct relay *relays;
 static unsigned n_relays;
 static unsigned next_id;
-static int log_fd = -1; /* owns unless it is stdout; -1 = off */
-static char *log_path;  /* owns; NULL = off, "-" = stdout */
-
-/* ---- the relay's own log --------------------------------------------------------------- */
-
-static int open_log(const char *path)
-{
-    if (path == NULL) {
-        if (log_fd > STDOUT_FILENO)
-            close(log_fd);
-        log_fd = -1;
-        free(log_path);
-        log_path = NULL;
-        return 0;
-    }
-    int fd = STDOUT_FILENO;
-    if (strcmp(path, "-") != 0) {
-        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0)
-            return -errno;
-    }
-    if (log_fd > STDOUT_FILENO)
-        close(log_fd);
-    log_fd = fd;
-    if (log_path != path) {
-        char *p = xstrdup(path);
-        free(log_path);
-        log_path = p;
-    }
-    return 0;
-}
-
-static void addr_text(const struct sockaddr_storage *ss, char *out, size_t cap)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)ss;
-        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
-        snprintf(out, cap, "%s:%u", ip, ntohs(s->sin_port));
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)ss;
-        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
-        snprintf(out, cap, "[%s]:%u", ip, ntohs(s->sin6_port));
-    } else {
-        snprintf(out, cap, "-");
-    }
-}
+static struct log_file tls_log = LOG_FILE_CLOSED; /* [tls] access; closed = off */
 
 /*
  * "[tls] access TIME client=IP:PORT sni=NAME origin=IP:PORT up=N down=N duration_ms=N
@@ -209,7 +161,7 @@ static void log_access(const struct relay *r, ev_tstamp now)
     size_t w = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(when + w, sizeof(when) - w, ".%03ldZ", ts.tv_nsec / 1000000L);
     if (r->has_origin)
-        addr_text(&r->origin, origin, sizeof(origin));
+        util_addr_text(&r->origin, origin, sizeof(origin));
     else
         snprintf(origin, sizeof(origin), "-");
     double ms = (now - r->started) * 1000.0;
@@ -222,12 +174,12 @@ static void log_access(const struct relay *r, ev_tstamp now)
     if (n < 0)
         return;
     size_t len = (size_t)n < sizeof(line) - 1 ? (size_t)n : sizeof(line) - 2;
-    if (log_fd < 0)
+    if (tls_log.fd < 0)
         return; /* [tls] access empty: off */
     line[len++] = '\n';
     ssize_t k;
     do {
-        k = write(log_fd, line, len);
+        k = write(tls_log.fd, line, len);
     } while (k < 0 && errno == EINTR);
 }
 
@@ -496,7 +448,7 @@ static void relay_connect(struct relay *r, const struct sockaddr_storage *addr)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (const struct sockaddr *)addr, alen) < 0 && errno != EINPROGRESS) {
         char a[64];
-        addr_text(addr, a, sizeof(a));
+        util_addr_text(addr, a, sizeof(a));
         log_info("tls#%u %s: connect %s: %s", r->id, r->peer, a, strerror(errno));
         relay_close(r, OUT_CONNECT);
         return;
@@ -518,7 +470,7 @@ static void on_connected(struct relay *r)
         return;
     if (soerr != 0) {
         char a[64];
-        addr_text(&r->origin, a, sizeof(a));
+        util_addr_text(&r->origin, a, sizeof(a));
         log_info("tls#%u %s: connect %s (%s): %s", r->id, r->peer, a, r->sni.host, strerror(soerr));
         relay_close(r, OUT_CONNECT);
         return;
@@ -716,7 +668,7 @@ static bool is_own_connection(const struct sockaddr_storage *peer)
 int tlsrelay_init(struct tlsrelay_ctx *ctx, const struct config *cfg)
 {
     rctx = ctx;
-    return open_log(cfg->tls_access);
+    return log_file_open(&tls_log, cfg->tls_access, STDOUT_FILENO);
 }
 
 void tlsrelay_accept(int fd, const struct sockaddr_storage *peer)
@@ -729,7 +681,7 @@ void tlsrelay_accept(int fd, const struct sockaddr_storage *peer)
     r->cfd = fd;
     r->ofd = -1;
     r->up.pipe_r = r->up.pipe_w = r->down.pipe_r = r->down.pipe_w = -1;
-    addr_text(peer, r->peer, sizeof(r->peer));
+    util_addr_text(peer, r->peer, sizeof(r->peer));
     r->started = ev_now(rctx->loop);
     ev_init(&r->cio, on_client_io);
     ev_init(&r->oio, on_origin_io);
@@ -775,21 +727,26 @@ void tlsrelay_drain(void)
 
 int tlsrelay_reconfigure(const struct config *cfg)
 {
-    const char *now = log_path;
+    const char *now = tls_log.path;
     const char *want = cfg->tls_access;
-    if ((now == NULL) != (want == NULL) || (now != NULL && strcmp(now, want) != 0))
-        return open_log(want);
+    if ((now == NULL) != (want == NULL) || (now != NULL && strcmp(now, want) != 0)) {
+        struct log_file next = LOG_FILE_CLOSED;
+        int rc = log_file_open(&next, want, STDOUT_FILENO);
+        if (rc < 0)
+            return rc; /* the previous one is kept */
+        log_file_close(&tls_log);
+        tls_log = next;
+        return 0;
+    }
     tlsrelay_reopen_log();
     return 0;
 }
 
 void tlsrelay_reopen_log(void)
 {
-    if (log_path != NULL && strcmp(log_path, "-") != 0) {
-        int rc = open_log(log_path);
-        if (rc < 0)
-            log_err("cannot reopen the TLS access log %s: %s", log_path, strerror(-rc));
-    }
+    int rc = log_file_reopen(&tls_log);
+    if (rc < 0)
+        log_err("cannot reopen the TLS access log %s: %s", tls_log.path, strerror(-rc));
 }
 
 void tlsrelay_fini(void)
@@ -799,5 +756,5 @@ void tlsrelay_fini(void)
         relay_close(r, OUT_SHUTDOWN);
         relay_free(r);
     }
-    open_log(NULL);
+    log_file_close(&tls_log);
 }

@@ -27,8 +27,6 @@
 #define ORIGIN_MAGIC 0x0419e1c1u
 #define UPOOL_BUCKETS 256
 
-extern const struct config *g_cfg;
-
 struct idle_sock {
     ev_io io;
     ev_timer timer;
@@ -209,19 +207,7 @@ struct origin *upool_origin(struct upool *p, const struct sockaddr_storage *addr
     o->pool = p;
     o->addr = *addr;
     o->wtail = &o->waiters;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    unsigned port;
-    if (addr->ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)addr;
-        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
-        port = ntohs(s->sin_port);
-        snprintf(o->name, sizeof(o->name), "%s:%u", ip, port);
-    } else {
-        const struct sockaddr_in6 *s = (const void *)addr;
-        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
-        port = ntohs(s->sin6_port);
-        snprintf(o->name, sizeof(o->name), "[%s]:%u", ip, port);
-    }
+    util_addr_text(addr, o->name, sizeof(o->name));
     o->hnext = p->buckets[b];
     p->buckets[b] = o;
     return o;

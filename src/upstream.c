@@ -36,8 +36,6 @@
 #define UPSTREAM_MAGIC 0x0b57ea11u
 #define UP_INBUF (64 * 1024)
 
-extern const struct config *g_cfg;
-
 #define UP_STATES(X)                                                                               \
     X(UP_S_WAIT_SLOT)                                                                              \
     X(UP_S_CONNECTING)                                                                             \
@@ -207,8 +205,8 @@ static void up_finish(struct upstream *up, enum up_err err)
         reusable =
             up->resp.keep_alive && up->resp.framing != H1_BODY_CLOSE && buf_len(&up->in) == 0;
     else
-        log_info("up#%u %s: %s (%s)", up->id, upool_origin_name(up->origin), upstream_strerror(err),
-                 up_state_names[up->state]);
+        log_debug("up#%u %s: %s (%s)", up->id, upool_origin_name(up->origin),
+                  upstream_strerror(err), up_state_names[up->state]);
     if (!reusable)
         close_fd(up);
     else
@@ -256,7 +254,7 @@ static void up_connect(struct upstream *up)
         up_set_state(up, UP_S_CONNECTING);
         up_timer(up, g_cfg->connect_timeout_ms);
     } else {
-        log_info("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin), strerror(errno));
+        log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin), strerror(errno));
         close_fd(up);
         g_stats.upstream_err_connect++;
         up_fail_later(up, UP_ERR_CONNECT);
@@ -391,8 +389,8 @@ static bool up_process(struct upstream *up)
             return true;
         }
         if (n < 0) {
-            log_info("up#%u %s: invalid response head (%s)", up->id, upool_origin_name(up->origin),
-                     n == -E2BIG ? "too large" : "malformed");
+            log_debug("up#%u %s: invalid response head (%s)", up->id, upool_origin_name(up->origin),
+                      n == -E2BIG ? "too large" : "malformed");
             up_fail(up, UP_ERR_PROTO);
             return false;
         }
@@ -438,7 +436,7 @@ static bool up_process(struct upstream *up)
         case H1_BODY_CHUNKED: {
             size_t framing = 0, avail = 0;
             if (h1_chunked_parse(&up->chunked, up->in.pos, len, &framing, &avail) < 0) {
-                log_info("up#%u %s: bad chunked framing", up->id, upool_origin_name(up->origin));
+                log_debug("up#%u %s: bad chunked framing", up->id, upool_origin_name(up->origin));
                 up_fail(up, UP_ERR_PROTO);
                 return false;
             }
@@ -482,8 +480,8 @@ static void on_up_io(struct ev_loop *loop, ev_io *w, int revents)
         if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
             soerr = errno;
         if (soerr != 0) {
-            log_info("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin),
-                     strerror(soerr));
+            log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin),
+                      strerror(soerr));
             up_fail(up, UP_ERR_CONNECT);
             return;
         }

@@ -2,12 +2,15 @@
 /* util: always-on assertion sink, aborting allocators, clocks, small string helpers. */
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 void util_assert_fail(const char *expr, const char *file, int line, const char *func)
@@ -82,4 +85,37 @@ int util_set_nonblock(int fd)
     if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
         return -errno;
     return 0;
+}
+
+_Static_assert(UTIL_ADDR_TEXT_MAX >= INET6_ADDRSTRLEN + sizeof("[]:65535") - 1,
+               "UTIL_ADDR_TEXT_MAX holds any address with brackets and a port");
+
+void util_addr_ip(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN] = "-";
+
+    ASSERT(cap > 0);
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, ip,
+                  sizeof(ip));
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, ip,
+                  sizeof(ip));
+    snprintf(out, cap, "%s", ip);
+}
+
+void util_addr_text(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN];
+
+    ASSERT(cap > 0);
+    util_addr_ip(ss, ip, sizeof(ip));
+    if (ss->ss_family == AF_INET)
+        snprintf(out, cap, "%s:%u", ip,
+                 ntohs(((const struct sockaddr_in *)(const void *)ss)->sin_port));
+    else if (ss->ss_family == AF_INET6)
+        snprintf(out, cap, "[%s]:%u", ip,
+                 ntohs(((const struct sockaddr_in6 *)(const void *)ss)->sin6_port));
+    else
+        snprintf(out, cap, "-");
 }

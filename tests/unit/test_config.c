@@ -1026,6 +1026,103 @@ static void test_config_free_null_safe(void **state)
     assert_null(cfg);
 }
 
+/* ---- reload: keys that cannot change live ---- */
+
+/* What config_keep_fixed reported: "[section] name why" lines, one per kept key. */
+struct kept_log {
+    char lines[16][160];
+    size_t n;
+};
+
+static void record_kept(const char *section, const char *name, const char *why, void *arg)
+{
+    struct kept_log *log = arg;
+
+    assert_true(log->n < 16);
+    snprintf(log->lines[log->n++], sizeof(log->lines[0]), "[%s] %s %s", section, name, why);
+}
+
+static void test_config_reload_keeps_a_fixed_key_with_its_running_value_and_reports_it(void **state)
+{
+    struct config *cur = load_ok("[server]\nlisten = 127.0.0.1:80\n[cache]\nchunk_size = 1M\n");
+    struct config *next = load_ok("[server]\nlisten = 127.0.0.1:81\n[cache]\nchunk_size = 2M\n");
+    struct kept_log log = {.n = 0};
+
+    (void)state;
+    assert_int_equal(config_keep_fixed(next, cur, record_kept, &log), 2);
+    assert_int_equal(next->n_listen, 1);
+    assert_string_equal(next->listen[0].text, "127.0.0.1:80");
+    assert_int_equal(next->chunk_size, 1 * M);
+    assert_int_equal(log.n, 2);
+    assert_string_equal(log.lines[0],
+                        "[server] listen cannot change live: kept (restart to apply)");
+    assert_string_equal(log.lines[1], "[cache] chunk_size cannot change live: kept");
+    config_free(&next);
+    config_free(&cur);
+}
+
+static void test_config_reload_takes_a_live_key(void **state)
+{
+    struct config *cur = load_ok("[server]\nmax_connections = 10\n[domains]\nallow_unlisted = no\n"
+                                 "[log]\naccess = /tmp/a.log\n");
+    struct config *next = load_ok("[server]\nmax_connections = 20\n[domains]\n"
+                                  "allow_unlisted = yes\n[log]\naccess = /tmp/b.log\n");
+    struct kept_log log = {.n = 0};
+
+    (void)state;
+    assert_int_equal(config_keep_fixed(next, cur, record_kept, &log), 0);
+    assert_int_equal(log.n, 0);
+    assert_int_equal(next->max_connections, 20);
+    assert_true(next->allow_unlisted);
+    assert_string_equal(next->access_log, "/tmp/b.log");
+    config_free(&next);
+    config_free(&cur);
+}
+
+static void test_config_reload_keeps_every_fixed_key_in_file_order(void **state)
+{
+    struct config *cur = load_ok("[server]\nlisten = 127.0.0.1:80, [::1]:80\nadmin_listen =\n"
+                                 "[upstream]\ndns = system\noverride = a.lan:3128\n"
+                                 "[cache]\ndir = /c/a /c/b\n"
+                                 "[tls]\npassthrough_listen = 127.0.0.1:443\n");
+    struct config *next =
+        load_ok("[server]\nlisten = 127.0.0.1:80\nadmin_listen = 127.0.0.1:9\n"
+                "[upstream]\ndns = 1.1.1.1\n[cache]\ndir = /c/a /c/z\nchunk_size = 64K\n"
+                "[tls]\npassthrough_listen = 127.0.0.2:443\noverride = b.lan\n");
+    struct kept_log log = {.n = 0};
+
+    (void)state;
+    assert_int_equal(config_keep_fixed(next, cur, record_kept, &log), 8);
+    assert_int_equal(log.n, 8);
+    assert_string_equal(log.lines[0],
+                        "[server] listen cannot change live: kept (restart to apply)");
+    assert_string_equal(log.lines[1], "[server] admin_listen cannot change live: kept");
+    assert_string_equal(log.lines[2],
+                        "[upstream] dns cannot change live yet: kept (restart to apply)");
+    assert_string_equal(log.lines[3], "[upstream] override cannot change live: kept");
+    assert_string_equal(log.lines[4], "[cache] dir cannot change live: kept");
+    assert_string_equal(log.lines[5], "[cache] chunk_size cannot change live: kept");
+    assert_string_equal(log.lines[6], "[tls] passthrough_listen cannot change live: kept");
+    assert_string_equal(log.lines[7], "[tls] override cannot change live: kept");
+    assert_int_equal(next->n_listen, 2);
+    assert_string_equal(next->listen[1].text, "[::1]:80");
+    assert_false(next->has_admin);
+    assert_true(next->dns_system);
+    assert_int_equal(next->n_dns, 0);
+    assert_true(next->has_override);
+    assert_string_equal(next->override.host, "a.lan");
+    assert_int_equal(next->override.port, 3128);
+    assert_int_equal(next->n_dirs, 2);
+    assert_string_equal(next->dirs[1], "/c/b");
+    assert_int_equal(next->chunk_size, 1 * M);
+    assert_string_equal(next->tls_listen[0].text, "127.0.0.1:443");
+    assert_false(next->has_tls_override);
+    /* and the result is stable: keeping again finds nothing to keep */
+    assert_int_equal(config_keep_fixed(next, cur, NULL, NULL), 0);
+    config_free(&next);
+    config_free(&cur);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1077,6 +1174,10 @@ int main(void)
         cmocka_unit_test(test_config_summary_one_line),
         cmocka_unit_test(test_config_summary_truncates_safely),
         cmocka_unit_test(test_config_free_null_safe),
+        cmocka_unit_test(
+            test_config_reload_keeps_a_fixed_key_with_its_running_value_and_reports_it),
+        cmocka_unit_test(test_config_reload_takes_a_live_key),
+        cmocka_unit_test(test_config_reload_keeps_every_fixed_key_in_file_order),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,8 +34,6 @@
 #include "stats.h"
 #include "util.h"
 
-const struct config *g_cfg;
-
 /* ---- clock: util_now_ms() as the resolver sees it ---- */
 
 static uint64_t g_clock_offset_ms;

@@ -28,8 +28,6 @@
 #include "log.h"
 #include "util.h"
 
-const struct config *g_cfg;
-
 /* ---- free() spy ---- */
 
 #define FREED_MAX 4096

@@ -32,8 +32,6 @@
 #include "upool.h"
 #include "util.h"
 
-const struct config *g_cfg;
-
 /* ---- the scripted origin ---- */
 
 enum act_kind {

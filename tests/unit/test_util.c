@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* test_util: the small shared helpers of util.c (address text, case-insensitive compare). */
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cmocka.h>
+
+static struct sockaddr_storage v4(const char *ip, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s = (struct sockaddr_in *)(void *)&ss;
+
+    memset(&ss, 0, sizeof(ss));
+    s->sin_family = AF_INET;
+    s->sin_port = htons(port);
+    assert_int_equal(inet_pton(AF_INET, ip, &s->sin_addr), 1);
+    return ss;
+}
+
+static struct sockaddr_storage v6(const char *ip, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in6 *s = (struct sockaddr_in6 *)(void *)&ss;
+
+    memset(&ss, 0, sizeof(ss));
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(port);
+    assert_int_equal(inet_pton(AF_INET6, ip, &s->sin6_addr), 1);
+    return ss;
+}
+
+static void test_util_addr_text_ipv4_is_ip_colon_port(void **state)
+{
+    struct sockaddr_storage ss = v4("192.168.1.20", 80);
+    char out[UTIL_ADDR_TEXT_MAX], ip[UTIL_ADDR_TEXT_MAX];
+
+    (void)state;
+    util_addr_text(&ss, out, sizeof(out));
+    util_addr_ip(&ss, ip, sizeof(ip));
+    assert_string_equal(out, "192.168.1.20:80");
+    assert_string_equal(ip, "192.168.1.20");
+}
+
+static void test_util_addr_text_ipv6_is_bracketed(void **state)
+{
+    struct sockaddr_storage ss = v6("2001:db8::1", 443);
+    char out[UTIL_ADDR_TEXT_MAX], ip[UTIL_ADDR_TEXT_MAX];
+
+    (void)state;
+    util_addr_text(&ss, out, sizeof(out));
+    util_addr_ip(&ss, ip, sizeof(ip));
+    assert_string_equal(out, "[2001:db8::1]:443");
+    assert_string_equal(ip, "2001:db8::1");
+}
+
+static void test_util_addr_text_longest_ipv6_fits(void **state)
+{
+    struct sockaddr_storage ss = v6("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 65535);
+    char out[UTIL_ADDR_TEXT_MAX];
+
+    (void)state;
+    util_addr_text(&ss, out, sizeof(out));
+    assert_string_equal(out, "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535");
+}
+
+static void test_util_addr_text_other_family_is_dash(void **state)
+{
+    struct sockaddr_storage ss;
+    char out[UTIL_ADDR_TEXT_MAX], ip[UTIL_ADDR_TEXT_MAX];
+
+    (void)state;
+    memset(&ss, 0, sizeof(ss));
+    ss.ss_family = AF_UNIX;
+    util_addr_text(&ss, out, sizeof(out));
+    util_addr_ip(&ss, ip, sizeof(ip));
+    assert_string_equal(out, "-");
+    assert_string_equal(ip, "-");
+}
+
+static void test_util_addr_text_cuts_to_cap_and_terminates(void **state)
+{
+    struct sockaddr_storage ss = v4("10.0.0.1", 8080);
+    char out[8];
+
+    (void)state;
+    memset(out, 'x', sizeof(out));
+    util_addr_text(&ss, out, sizeof(out));
+    assert_string_equal(out, "10.0.0.");
+}
+
+static void test_util_ieq_ignores_case_and_needs_equal_length(void **state)
+{
+    (void)state;
+    assert_true(util_ieq("Host", 4, "host"));
+    assert_false(util_ieq("Hos", 3, "host"));
+    assert_false(util_ieq("Hostx", 5, "host"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_util_addr_text_ipv4_is_ip_colon_port),
+        cmocka_unit_test(test_util_addr_text_ipv6_is_bracketed),
+        cmocka_unit_test(test_util_addr_text_longest_ipv6_fits),
+        cmocka_unit_test(test_util_addr_text_other_family_is_dash),
+        cmocka_unit_test(test_util_addr_text_cuts_to_cap_and_terminates),
+        cmocka_unit_test(test_util_ieq_ignores_case_and_needs_equal_length),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
