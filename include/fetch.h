@@ -24,28 +24,13 @@
 #include <sys/socket.h>
 
 #include "http1.h"
+#include "origin.h"
 
 struct ev_loop;
 struct resolver;
 struct upool;
+struct cache;
 struct chunk;
-
-/* Where and how to fetch an object; the strings are borrowed and copied by fetch_start(). */
-struct fetch_origin {
-    const char *host; /* name to resolve, or an IP literal */
-    bool host_is_ip;
-    uint16_t port;
-    const char *authority; /* Host header value */
-    const char *path;      /* path and query, as forwarded */
-    size_t path_len;
-    const char *user_agent; /* may be NULL */
-    size_t ua_len;
-    const char *processed_by; /* the client's X-LanCache-Processed-By chain, may be NULL */
-    size_t processed_by_len;
-};
-
-/* A copy of <o> in one allocation (strings NUL-terminated): free() it. */
-struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o);
 
 /* The loop-wide context the fetches use; set once by main. */
 struct domains;
@@ -57,16 +42,26 @@ struct fetch_ctx {
     bool has_override;
     struct sockaddr_storage override_addr;
     const struct domains *const *domains; /* the current lists, for redirect targets */
+    struct cache *cache; /* the cache whose disk misses the fetches fill (may be NULL) */
 };
 
 #define FETCH_MAX_REDIRECTS 5
 
+/* Sets the context (borrowed for the process's life) and registers as <cache>'s filler. */
 void fetch_module_init(struct fetch_ctx *ctx);
 /*
  * Starts filling <cks>[0..n) (FILLING, no meta yet, consecutive indices of one object) with one
  * upstream range request; the fetch takes a ref on each.
  */
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
+void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o);
+/*
+ * Read-ahead: one fetch for the missing chunks <first>..<last> of object <key> (at most
+ * CACHE_SPAN_MAX, stopping before the first chunk already in memory or in flight): one upstream
+ * range request whose bytes fill the chunks in order, each joinable while it fills. Returns how
+ * many chunks the fetch covers (0 if <first> is present).
+ */
+int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first, uint64_t last,
+               const struct origin_req *o);
 /*
  * Starts filling one chunk (FILLING, nothing committed) for a reader that starts at byte <off>
  * of it. When <off> is FETCH_TWO_PART_MIN or more, the chunk is filled in two parts by two
@@ -79,7 +74,7 @@ void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
  * still fetched once. Otherwise as fetch_start(&ck, 1, o).
  */
 #define FETCH_TWO_PART_MIN (64 * 1024)
-void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o);
 /*
  * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
  * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads

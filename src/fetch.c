@@ -16,14 +16,14 @@
  *
  * A fetch fills object bytes [pos, last]: usually whole chunks, but a chunk whose first reader
  * starts deep inside it (fetch_start_at, fetch_split) is shared by two fetches, the run's from the
- * reader's offset on (ck->fetch) and one of its own for the bytes before it (holding only a ref).
- * The run's fetch holds that head part (head_ck) until its own answer comes, so that the origin
- * sees the request the reader waits for first; it is asked then, or sooner for a reader who
- * wants its bytes (release_head_part, fetch_hurry).
- * Each commits at the end of its part (cache_chunk_commit), the parts join when they meet, and
- * whichever completes the chunk seals it. A part that fails fails the chunk; the other part's
- * fetch then reads its bytes away. The two answers must be the same version (cache_chunk_set_meta
- * refuses another), so a chunk never holds bytes of two versions.
+ * reader's offset on (the chunk's filler, cache_chunk_filler) and one of its own for the bytes
+ * before it (holding only a ref). The run's fetch holds that head part (head_ck) until its own
+ * answer comes, so that the origin sees the request the reader waits for first; it is asked then,
+ * or sooner for a reader who wants its bytes (release_head_part, fetch_hurry). Each commits at the
+ * end of its part (cache_chunk_commit), the parts join when they meet, and whichever completes the
+ * chunk seals it. A part that fails fails the chunk; the other part's fetch then reads its bytes
+ * away. The two answers must be the same version (cache_chunk_set_meta refuses another), so a chunk
+ * never holds bytes of two versions.
  */
 #include "fetch.h"
 
@@ -39,6 +39,7 @@
 #include "config.h"
 #include "domains.h"
 #include "log.h"
+#include "origin.h"
 #include "range.h"
 #include "resolver.h"
 #include "stats.h"
@@ -144,9 +145,20 @@ bool fetch_origin_ignores_ranges(const char *authority)
     return i >= 0 && norange[i].until > ev_now(fctx->loop);
 }
 
+/* The cache's filler: a disk lookup found nothing usable, fill the chunk as any miss. */
+static void on_disk_miss(void *arg, struct chunk *ck, uint64_t off, const struct origin_req *o)
+{
+    (void)arg;
+    fetch_start_at(ck, off, o);
+}
+
 void fetch_module_init(struct fetch_ctx *ctx)
 {
     fctx = ctx;
+    if (ctx->cache != NULL) {
+        struct cache_filler filler = {on_disk_miss, NULL};
+        cache_set_filler(ctx->cache, &filler);
+    }
 }
 
 unsigned fetch_live(void)
@@ -154,16 +166,23 @@ unsigned fetch_live(void)
     return n_fetches;
 }
 
+/* The chunk size, from the cache (its one source). */
+static uint64_t chunk_size(const struct chunk *ck)
+{
+    return cache_chunk_size(cache_chunk_cache(ck));
+}
+
 static uint64_t chunk_start(const struct chunk *ck)
 {
-    return ck->index * g_cfg->chunk_size;
+    return cache_chunk_index(ck) * chunk_size(ck);
 }
 
 /* Where this fetch's part of the current chunk ends (exclusive, object offset); the object's
  * length is known (from this fetch's own answer) whenever body bytes arrive. */
 static uint64_t part_end(const struct fetch *f)
 {
-    uint64_t end = chunk_start(f->cks[f->cur]) + g_cfg->chunk_size;
+    const struct chunk *ck = f->cks[f->cur];
+    uint64_t end = chunk_start(ck) + chunk_size(ck);
     if (end > f->meta.total)
         end = f->meta.total;
     return end < f->last + 1 ? end : f->last + 1;
@@ -174,10 +193,10 @@ static uint64_t part_end(const struct fetch *f)
 static void next_chunk(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (ck->state == CHUNK_S_FILLING && ck->len == ck->cap)
+    if (cache_chunk_state(ck) == CHUNK_S_FILLING && cache_chunk_len(ck) == cache_chunk_cap(ck))
         cache_chunk_seal(ck); /* stored now, so that readers and later fetches need not wait */
-    if (ck->fetch == f)
-        ck->fetch = NULL;
+    if (cache_chunk_filler(ck) == f)
+        cache_chunk_set_filler(ck, NULL);
     cache_chunk_unref(&f->cks[f->cur]);
     f->cur++;
 }
@@ -216,8 +235,8 @@ static bool part_is_past_end(const struct fetch *f)
     uint64_t start = chunk_start(ck);
     if (f->pos == start)
         return false; /* the whole chunk is this fetch's */
-    if (ck->meta_known)
-        return f->pos >= start + ck->cap;
+    if (cache_chunk_meta(ck) != NULL)
+        return f->pos >= start + cache_chunk_cap(ck);
     return f->past_end;
 }
 
@@ -230,14 +249,15 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         struct chunk *ck = f->cks[i];
         if (ck == NULL)
             continue;
-        if (ck->state == CHUNK_S_FILLING && !(i == f->cur && part_is_past_end(f))) {
-            if (why == CHUNK_FAIL_NONE && ck->meta_known && ck->len == ck->cap)
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING && !(i == f->cur && part_is_past_end(f))) {
+            if (why == CHUNK_FAIL_NONE && cache_chunk_meta(ck) != NULL &&
+                cache_chunk_len(ck) == cache_chunk_cap(ck))
                 cache_chunk_seal(ck);
             else /* this fetch's part is missing (the other part's fetch sees it fail) */
-                cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_502 : why);
+                cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_ORIGIN : why);
         }
-        if (ck->fetch == f)
-            ck->fetch = NULL;
+        if (cache_chunk_filler(ck) == f)
+            cache_chunk_set_filler(ck, NULL);
         cache_chunk_unref(&f->cks[i]);
     }
     release_head_part(f); /* asked now, or finished when our end failed the chunk */
@@ -257,10 +277,10 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
 
 static void fetch_connect(struct fetch *f);
 static void fetch_route(struct fetch *f, bool host_is_ip);
-static bool two_part(uint64_t off);
+static bool two_part(const struct chunk *ck, uint64_t off);
 static void extend_run(struct fetch *f);
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route);
-static void build_head(struct fetch *f, const struct fetch_origin *o);
+static void build_head(struct fetch *f, const struct origin_req *o);
 static void on_mem(struct chunk_waiter *w);
 
 /*
@@ -296,7 +316,7 @@ static bool follow_redirect(struct fetch *f)
         !g_cfg->allow_unlisted)
         return false;
     size_t plen = strcspn(path, "#");
-    struct fetch_origin o;
+    struct origin_req o;
     memset(&o, 0, sizeof(o));
     o.host = auth.host;
     o.host_is_ip = auth.is_ip;
@@ -328,13 +348,13 @@ static bool follow_redirect(struct fetch *f)
 static bool reserve_current(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (ck->data != NULL || ck->state != CHUNK_S_FILLING)
+    if (cache_chunk_is_reserved(ck) || cache_chunk_state(ck) != CHUNK_S_FILLING)
         return true; /* (failed by its other part's fetch meanwhile: sink_body reads it away) */
     if (cache_chunk_reserve(ck) == 0) {
         ev_timer_stop(fctx->loop, &f->memt);
         return true;
     }
-    cache_mem_wait(ck->cache, &f->memw, on_mem);
+    cache_mem_wait(cache_chunk_cache(ck), &f->memw, on_mem);
     if (!ev_is_active(&f->memt)) {
         ev_timer_set(&f->memt, (double)g_cfg->read_timeout_ms / 1000.0, 0.);
         ev_timer_start(fctx->loop, &f->memt);
@@ -373,7 +393,7 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
     f->meta_known = true;
     size_t keep = f->n;
     for (size_t i = 0; i < f->n; i++) {
-        if (f->cks[i]->state != CHUNK_S_FILLING)
+        if (cache_chunk_state(f->cks[i]) != CHUNK_S_FILLING)
             continue; /* failed by its other part's fetch: sink_body reads our part away */
         int rc = cache_chunk_set_meta(f->cks[i], m);
         if (rc < 0) {
@@ -381,9 +401,9 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
                 return rc;
             if (keep == f->n)
                 keep = i;
-            cache_chunk_failed(f->cks[i], CHUNK_FAIL_502);
-            if (f->cks[i]->fetch == f)
-                f->cks[i]->fetch = NULL;
+            cache_chunk_failed(f->cks[i], CHUNK_FAIL_ORIGIN);
+            if (cache_chunk_filler(f->cks[i]) == f)
+                cache_chunk_set_filler(f->cks[i], NULL);
             cache_chunk_unref(&f->cks[i]);
         }
     }
@@ -419,8 +439,8 @@ static void note_past_end(struct fetch *f, const char *buf, const struct h1_resp
     if (f->pos == start || f->pos < total || total <= start)
         return;
     f->past_end = true;
-    if (ck->state == CHUNK_S_FILLING && !ck->meta_known)
-        ck->tail_off = ck->tail_end = 0; /* the other part fills it to its end */
+    if (cache_chunk_state(ck) == CHUNK_S_FILLING && cache_chunk_meta(ck) == NULL)
+        cache_chunk_unsplit(ck); /* the other part fills it to its end */
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
@@ -465,9 +485,11 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         norange_note(f->authority, true);
         if (f->key == NULL) {
             const struct chunk *ck = f->cks[f->cur];
-            f->cache = ck->cache;
-            f->key = xstrndup(ck->key, ck->key_len);
-            f->key_len = ck->key_len;
+            size_t key_len;
+            const char *key = cache_chunk_key(ck, &key_len);
+            f->cache = cache_chunk_cache(ck);
+            f->key = xstrndup(key, key_len);
+            f->key_len = key_len;
         }
     } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
                                resp->status == 307 || resp->status == 308)) {
@@ -532,7 +554,7 @@ pass:
     return;
 fail:
     upstream_cancel(&f->up);
-    fetch_finish(f, CHUNK_FAIL_502);
+    fetch_finish(f, CHUNK_FAIL_ORIGIN);
 }
 
 /*
@@ -543,8 +565,10 @@ fail:
  */
 static void extend_run(struct fetch *f)
 {
-    uint64_t cs = g_cfg->chunk_size;
-    if (f->key == NULL || !f->meta_known || (f->last + 1) % cs != 0)
+    if (f->key == NULL || !f->meta_known)
+        return;
+    uint64_t cs = cache_chunk_size(f->cache);
+    if ((f->last + 1) % cs != 0)
         return;
     if (f->cur > 0) { /* the chunks done are NULL: keep the rest at the front */
         size_t left = f->n - f->cur;
@@ -561,11 +585,11 @@ static void extend_run(struct fetch *f)
         if (ck == NULL)
             break;
         if (cache_chunk_set_meta(ck, &f->meta) < 0) {
-            cache_chunk_failed(ck, CHUNK_FAIL_502);
+            cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
             cache_chunk_unref(&ck);
             break;
         }
-        ck->fetch = f;
+        cache_chunk_set_filler(ck, f);
         f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
         f->next_index++;
         f->last = start + cs - 1;
@@ -598,14 +622,14 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         size_t n = len - taken;
         if (n > end - f->pos)
             n = (size_t)(end - f->pos);
-        if (ck->state == CHUNK_S_FILLING) {
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING) {
             if (!cache_chunk_fits(ck, f->pos - cstart, n)) {
                 /* Only when its other part's fetch moved it under us (an object that ends
                  * before this part): never write where we were not asked to. */
                 log_info("fetch %s: chunk %llu no longer takes bytes at %llu", f->host,
-                         (unsigned long long)ck->index, (unsigned long long)f->pos);
+                         (unsigned long long)cache_chunk_index(ck), (unsigned long long)f->pos);
                 upstream_cancel(&f->up);
-                fetch_finish(f, CHUNK_FAIL_502);
+                fetch_finish(f, CHUNK_FAIL_ORIGIN);
                 return len;
             }
             if (!reserve_current(f))
@@ -667,12 +691,12 @@ static void sink_done(void *arg, enum up_err err)
         fetch_connect(f);
         return;
     }
-    enum chunk_fail why = CHUNK_FAIL_502;
+    enum chunk_fail why = CHUNK_FAIL_ORIGIN;
     if (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT ||
         err == UP_ERR_READ_TIMEOUT)
-        why = CHUNK_FAIL_504;
+        why = CHUNK_FAIL_TIMEOUT;
     log_info("fetch %s chunk %llu: %s", f->host,
-             (unsigned long long)(f->cur < f->n ? f->cks[f->cur]->index : 0),
+             (unsigned long long)(f->cur < f->n ? cache_chunk_index(f->cks[f->cur]) : 0),
              err == UP_OK ? "short body" : upstream_strerror(err));
     g_stats.fetch_failed++;
     fetch_finish(f, why);
@@ -706,7 +730,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     f->rq = NULL;
     if (err != 0) {
         log_info("fetch: cannot resolve %s: %s", f->host, strerror(-err));
-        fetch_finish(f, CHUNK_FAIL_502);
+        fetch_finish(f, CHUNK_FAIL_ORIGIN);
         return;
     }
     const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
@@ -720,11 +744,11 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     g_stats.forbidden++;
     /* A redirect's target failing the checks is not followed: the client gets the redirect
      * itself, uncached (CONTRACT.md §4). */
-    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
+    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_FORBIDDEN);
 }
 
 /* The request head around its Range field: request line and Host before, the rest after. */
-static void build_head(struct fetch *f, const struct fetch_origin *o)
+static void build_head(struct fetch *f, const struct origin_req *o)
 {
     size_t cap = o->path_len + strlen(o->authority) + 64;
     f->req_pre = xmalloc(cap);
@@ -756,51 +780,18 @@ static struct fetch *fetch_alloc(void)
     return f;
 }
 
-struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o)
-{
-    size_t host_len = strlen(o->host) + 1, auth_len = strlen(o->authority) + 1;
-    size_t ua_len = o->user_agent != NULL ? o->ua_len + 1 : 0;
-    size_t pb_len = o->processed_by != NULL ? o->processed_by_len + 1 : 0;
-    struct fetch_origin *d =
-        xmalloc(sizeof(*d) + host_len + auth_len + o->path_len + 1 + ua_len + pb_len);
-    char *p = (char *)(d + 1);
-    *d = *o;
-    d->host = memcpy(p, o->host, host_len);
-    p += host_len;
-    d->authority = memcpy(p, o->authority, auth_len);
-    p += auth_len;
-    memcpy(p, o->path, o->path_len);
-    p[o->path_len] = '\0';
-    d->path = p;
-    p += o->path_len + 1;
-    if (o->user_agent != NULL) {
-        memcpy(p, o->user_agent, o->ua_len);
-        p[o->ua_len] = '\0';
-        d->user_agent = p;
-        p += ua_len;
-    }
-    if (o->processed_by != NULL) {
-        memcpy(p, o->processed_by, o->processed_by_len);
-        p[o->processed_by_len] = '\0';
-        d->processed_by = p;
-    }
-    return d;
-}
-
 /* A fetch of <cks>[0..n) from object byte <pos> to <last>, not started. */
 static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint64_t last,
-                               const struct fetch_origin *o)
+                               const struct origin_req *o)
 {
     ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = fetch_alloc();
-    for (size_t i = 0; i < n; i++) {
-        f->cks[i] = cks[i];
-        cks[i]->refs++;
-    }
+    for (size_t i = 0; i < n; i++)
+        f->cks[i] = cache_chunk_ref(cks[i]);
     f->n = n;
     f->pos = pos;
     f->last = last;
-    f->next_index = cks[n - 1]->index + 1;
+    f->next_index = cache_chunk_index(cks[n - 1]) + 1;
     f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
     f->port = o->port;
@@ -813,13 +804,26 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     return f;
 }
 
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
 {
-    uint64_t cs = g_cfg->chunk_size;
-    struct fetch *f = fetch_new(cks, n, cks[0]->index * cs, cks[n - 1]->index * cs + cs - 1, o);
+    uint64_t cs = chunk_size(cks[0]);
+    struct fetch *f = fetch_new(cks, n, chunk_start(cks[0]), chunk_start(cks[n - 1]) + cs - 1, o);
     for (size_t i = 0; i < n; i++)
-        cks[i]->fetch = f;
+        cache_chunk_set_filler(cks[i], f);
     fetch_route(f, o->host_is_ip);
+}
+
+int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first, uint64_t last,
+               const struct origin_req *o)
+{
+    struct chunk *cks[CACHE_SPAN_MAX];
+    size_t n = cache_chunk_span(c, key, key_len, first, last, cks);
+    if (n == 0)
+        return 0;
+    fetch_start(cks, n, o);
+    for (size_t i = 0; i < n; i++)
+        cache_chunk_unref(&cks[i]); /* the table and the fetch hold them */
+    return (int)n;
 }
 
 /* A new fetch of the same object from the same origin as <src> (no chunks yet). */
@@ -849,10 +853,10 @@ static void fetch_go_like(struct fetch *f, const struct fetch *src)
     }
 }
 
-/* Whether a reader starting at <off> inside a chunk gets a two-part fill (see fetch.h). */
-static bool two_part(uint64_t off)
+/* Whether a reader starting at <off> inside <ck> gets a two-part fill (see fetch.h). */
+static bool two_part(const struct chunk *ck, uint64_t off)
 {
-    return off >= FETCH_TWO_PART_MIN && off < g_cfg->chunk_size;
+    return off >= FETCH_TWO_PART_MIN && off < chunk_size(ck);
 }
 
 /* Makes <ck> a two-part chunk: <g> fills [off, ...) and asks for the head part [0, off) later,
@@ -860,11 +864,10 @@ static bool two_part(uint64_t off)
  * routed) failed at once. */
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route)
 {
-    if (ck->state != CHUNK_S_FILLING)
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING)
         return;
-    ck->tail_off = ck->tail_end = off;
-    g->head_ck = ck;
-    ck->refs++;
+    cache_chunk_split_at(ck, off);
+    g->head_ck = cache_chunk_ref(ck);
     g->head_off = off;
     g_stats.fetch_two_part++;
     /* Readers may already wait on <ck> (a disk lookup, a run that could not be cut then): they
@@ -886,7 +889,7 @@ static void release_head_part(struct fetch *g)
     if (ck == NULL)
         return;
     g->head_ck = NULL;
-    if (ck->state != CHUNK_S_FILLING) {
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING) {
         cache_chunk_unref(&ck);
         return;
     }
@@ -896,21 +899,21 @@ static void release_head_part(struct fetch *g)
     h->n = 1;
     h->pos = start;
     h->last = start + g->head_off - 1;
-    h->next_index = ck->index + 1;
+    h->next_index = cache_chunk_index(ck) + 1;
     /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
     h->hops = g->hops - (g->location != NULL ? 1 : 0);
     fetch_go_like(h, g);
 }
 
-void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o)
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
 {
-    if (!two_part(off) || fetch_origin_ignores_ranges(o->authority)) {
+    if (!two_part(ck, off) || fetch_origin_ignores_ranges(o->authority)) {
         fetch_start(&ck, 1, o);
         return;
     }
     uint64_t start = chunk_start(ck);
-    struct fetch *g = fetch_new(&ck, 1, start + off, start + g_cfg->chunk_size - 1, o);
-    ck->fetch = g;
+    struct fetch *g = fetch_new(&ck, 1, start + off, start + chunk_size(ck) - 1, o);
+    cache_chunk_set_filler(ck, g);
     start_head_part(ck, off, g, true);
 }
 
@@ -926,7 +929,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
         fetch_connect(f);
     } else if (host_is_ip) {
         if (resolver_literal(f->host, f->port, &f->addr) < 0) {
-            fetch_finish(f, CHUNK_FAIL_502);
+            fetch_finish(f, CHUNK_FAIL_ORIGIN);
             return;
         }
         f->have_addr = true;
@@ -938,7 +941,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 
 static bool fetch_split(struct chunk *ck, uint64_t off)
 {
-    struct fetch *f = ck->fetch;
+    struct fetch *f = cache_chunk_filler(ck);
     if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
         fetch_origin_ignores_ranges(f->authority))
         return false;
@@ -957,17 +960,18 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     struct fetch *g = fetch_sibling(f);
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];
-        f->cks[i]->fetch = g;
+        cache_chunk_set_filler(f->cks[i], g);
         f->cks[i] = NULL;
     }
     g->n = f->n - k;
     f->n = k; /* the old request's answer is cut there: see sink_body */
-    bool tp = two_part(off) && !(ck->meta_known && off >= ck->cap); /* (not past the end) */
+    bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
+                                     off >= cache_chunk_cap(ck)); /* (not past the end) */
     g->pos = chunk_start(ck) + (tp ? off : 0);
     g->last = f->last;
     g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
-    f->next_index = ck->index;
+    f->next_index = cache_chunk_index(ck);
     g_stats.fetch_split++;
     fetch_go_like(g, f);
     if (tp)
@@ -977,8 +981,8 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
 
 bool fetch_hurry(struct chunk *ck, uint64_t off)
 {
-    struct fetch *f = ck->fetch;
-    if (f == NULL || ck->state != CHUNK_S_FILLING)
+    struct fetch *f = cache_chunk_filler(ck);
+    if (f == NULL || cache_chunk_state(ck) != CHUNK_S_FILLING)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     if (f->head_ck == ck && off < f->head_off) {
@@ -987,7 +991,7 @@ bool fetch_hurry(struct chunk *ck, uint64_t off)
         release_head_part(f);
         return true;
     }
-    if (ck->len == 0 && ck->tail_off == 0)
+    if (cache_chunk_len(ck) == 0 && !cache_chunk_is_split(ck))
         return fetch_split(ck, off);
     return false;
 }
@@ -995,5 +999,5 @@ bool fetch_hurry(struct chunk *ck, uint64_t off)
 void fetch_cancel_all(void)
 {
     while (fetches != NULL)
-        fetch_finish(fetches, CHUNK_FAIL_502);
+        fetch_finish(fetches, CHUNK_FAIL_ORIGIN);
 }
