@@ -12,6 +12,14 @@
  * the chunk with CHUNK_FAIL_PASS. Any other status also fails it with CHUNK_FAIL_PASS so that
  * its readers forward their own requests uncached.
  *
+ * Fill policy is decided here and nowhere else: which bytes to ask the origin for and when (runs
+ * of chunks, read-ahead and its cap, splitting a run for a reader waiting behind it, two-part
+ * fills and their head parts, origins that ignore Range, resuming a cut answer). The client path
+ * only says what it does: it starts the fill of a chunk its lookup missed (fetch_start_at), says
+ * where it waits (fetch_want) and that it reads on (fetch_sequential); the cache hands its disk
+ * misses here through the filler fetch_module_init() registers. The chunk size comes from the
+ * cache.
+ *
  * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> UPSTREAM -> done: the chunk is sealed
  * or failed, the ref dropped, the fetch freed. It does not depend on any client: a fetch whose
  * readers all left still completes and is stored. fetch_cancel_all() ends them at shutdown.
@@ -55,33 +63,18 @@ void fetch_module_init(struct fetch_ctx *ctx);
  */
 void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o);
 /*
- * Read-ahead: one fetch for the missing chunks <first>..<last> of object <key> (at most
- * CACHE_SPAN_MAX, stopping before the first chunk already in memory or in flight): one upstream
- * range request whose bytes fill the chunks in order, each joinable while it fills. Returns how
- * many chunks the fetch covers (0 if <first> is present).
- */
-int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first, uint64_t last,
-               const struct origin_req *o);
-/*
  * Starts filling one chunk (FILLING, nothing committed) for a reader that starts at byte <off>
  * of it. When <off> is FETCH_TWO_PART_MIN or more, the chunk is filled in two parts by two
  * upstream requests: one from <off> to the chunk's end, at once (the reader's first byte comes
  * one origin round trip after its request, not after the bytes before it have streamed by),
  * and the head part [0, off) once that request is answered, or as soon as a reader waits for a
- * byte before <off> (fetch_hurry; the chunk's waiters are woken when it becomes two-part, so
+ * byte before <off> (fetch_want; the chunk's waiters are woken when it becomes two-part, so
  * that those who came earlier ask too). So the origin gets the request a reader waits for
  * first, alone, and none for the head part when the first answer fails the chunk. Every byte is
  * still fetched once. Otherwise as fetch_start(&ck, 1, o).
  */
 #define FETCH_TWO_PART_MIN (64 * 1024)
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o);
-/*
- * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
- * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads
- * its whole answer, filling every chunk it passes that nobody else has, and neither read-ahead,
- * nor a split, nor a two-part fill asks it for more (each would bring the object from byte 0).
- */
-bool fetch_origin_ignores_ranges(const char *authority);
 /*
  * A reader waits for byte <off> of <ck>, a chunk being filled: makes it come sooner when it can.
  * - Before the chunk's head part (fetch_start_at) is asked: it is asked now.
@@ -94,7 +87,20 @@ bool fetch_origin_ignores_ranges(const char *authority);
  * still FILLING when it returns, so the reader can wait on it then.
  */
 #define FETCH_SPLIT_GAP 2
-bool fetch_hurry(struct chunk *ck, uint64_t off);
+bool fetch_want(struct chunk *ck, uint64_t off);
+
+/*
+ * A reader reads the object on from <ck> (its current chunk, taken filling) to object byte <end>
+ * (inclusive), for a request to <o> (borrowed); <force> for ?nocache=1. Read-ahead for a cold
+ * object: when <ck> is being filled, starts up to [upstream] readahead parallel fetches (each one
+ * range request for a run of up to CACHE_SPAN_MAX chunks) for the missing chunks after it, up to
+ * <end>, so one download runs at several origin connections' speed; not for ?nocache=1, nor for
+ * an origin that ignores ranges (the fetch running brings the whole object), nor while
+ * FETCH_READAHEAD_MAX_FETCHES fetches or more run. Chunks fetched ahead are stored even if the
+ * reader leaves: another will want them.
+ */
+#define FETCH_READAHEAD_MAX_FETCHES 32
+void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o, bool force);
 
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);

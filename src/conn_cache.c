@@ -113,12 +113,12 @@ static void on_chunk_wake(struct chunk_waiter *w)
     conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
 }
 
-/* Waits for byte <off> of the current chunk, filling: first makes it come sooner if it can. At
- * every wait: the chunk's fetch may not have existed at the last one (a disk lookup), and a
- * chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
+/* Waits for byte <off> of the current chunk, filling: first says so to the fill, which may make
+ * it come sooner. At every wait: the chunk's fetch may not have existed at the last one (a disk
+ * lookup), and a chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
 static void wait_chunk(struct conn *c, uint64_t off)
 {
-    fetch_hurry(c->ck, off);
+    fetch_want(c->ck, off);
     cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake);
 }
 
@@ -137,47 +137,13 @@ static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
     return c->ck != NULL;
 }
 
-/*
- * Read-ahead for a cold object: when the chunk at <idx> is being fetched, start up to
- * [upstream] readahead parallel fetches (each one range request for a run of up to
- * CACHE_SPAN_MAX chunks) for the missing chunks after it, up to the end of what this client
- * wants, so one download runs at several origin connections' speed. Chunks fetched ahead are
- * stored even if this client leaves: another client will want them.
- */
-static void read_ahead(struct conn *c, uint64_t idx)
+/* Tells the fill that this request reads the object on from its current chunk to c->end: it
+ * may fetch ahead (fetch_sequential). */
+static void read_sequential(struct conn *c)
 {
-    uint64_t cs = cache_chunk_size(c->ctx->cache);
-    uint64_t last = c->end / cs;
-    unsigned segs = g_cfg->readahead;
-    if (c->force || last <= idx || segs <= 1 || fetch_origin_ignores_ranges(c->auth.ident))
-        return; /* (an origin without ranges: the fetch running brings the whole object) */
-    /* Only while few fetches run. Many running means many clients on cold data: the origins and
-     * the uplink are busy with what they asked for, and fetching ahead as well would only push
-     * their first bytes back (measured in bench/README), while one or a few clients still get
-     * their downloads multiplied. It also bounds the optional fetches, which outlive their
-     * clients: clients that ask and hang up cannot pile them up. */
-    if (fetch_live() >= CONN_MAX_READAHEAD_FETCHES)
-        return;
-    uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
-    uint64_t wend = last < idx + window ? last : idx + window;
-    uint64_t per = (wend - idx + segs - 1) / segs;
-    if (per > CACHE_SPAN_MAX)
-        per = CACHE_SPAN_MAX;
-    if (per == 0)
-        per = 1;
     struct origin_req o;
     origin_of(c, &o);
-    uint64_t i = idx + 1;
-    for (unsigned started = 0; i <= wend && started < segs;) {
-        if (cache_chunk_exists(c->ctx->cache, c->objkey, c->objkey_len, i)) {
-            i++;
-            continue;
-        }
-        uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
-        int n = fetch_span(c->ctx->cache, c->objkey, c->objkey_len, i, j, &o);
-        i += n > 0 ? (uint64_t)n : 1;
-        started++;
-    }
+    fetch_sequential(c->ck, c->end, &o, c->force);
 }
 
 static bool query_has_nocache(const struct conn *c)
@@ -381,8 +347,8 @@ static bool head_step(struct conn *c)
     c->end = h.end;
     if (cache_chunk_index(ck) != h.start / cache_chunk_size(c->ctx->cache))
         drop_chunk(c); /* a suffix range: body_step fetches the right one */
-    else if (cst == CHUNK_S_FILLING)
-        read_ahead(c, cache_chunk_index(ck));
+    else
+        read_sequential(c);
     conn_set_state(c, CONN_S_CACHE_BODY);
     return true;
 }
@@ -410,8 +376,7 @@ static bool body_step(struct conn *c)
             /* A fill (not a disk lookup, which may still hit): cold here, so fetch its tail of a
              * run now and keep the next chunks coming. */
             c->ra_pending = false;
-            if (cache_chunk_state(ck) == CHUNK_S_FILLING)
-                read_ahead(c, idx);
+            read_sequential(c);
         }
         if (cache_chunk_state(ck) == CHUNK_S_FAILED) {
             log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",

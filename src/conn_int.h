@@ -25,8 +25,6 @@ struct upstream;
 #define CONN_INBUF (H1_MAX_HEAD + 4096)
 #define CONN_OUTBUF (64 * 1024)
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
-/* Read-ahead only while fewer fetches than this run (all origins): see read_ahead(). */
-#define CONN_MAX_READAHEAD_FETCHES 32
 #define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
 /* Chunk-memory bytes given to one send(). Within one call the kernel queues the data as segments
  * of up to 64 KiB (loopback, TSO) and, after 16 new segments, processes the ACKs that arrived

@@ -19,7 +19,7 @@
  * reader's offset on (the chunk's filler, cache_chunk_filler) and one of its own for the bytes
  * before it (holding only a ref). The run's fetch holds that head part (head_ck) until its own
  * answer comes, so that the origin sees the request the reader waits for first; it is asked then,
- * or sooner for a reader who wants its bytes (release_head_part, fetch_hurry). Each commits at the
+ * or sooner for a reader who wants its bytes (release_head_part, fetch_want). Each commits at the
  * end of its part (cache_chunk_commit), the parts join when they meet, and whichever completes the
  * chunk seals it. A part that fails fails the chunk; the other part's fetch then reads its bytes
  * away. The two answers must be the same version (cache_chunk_set_meta refuses another), so a chunk
@@ -139,7 +139,13 @@ static void norange_note(const char *authority, bool none)
     norange[i].until = ev_now(fctx->loop) + NORANGE_TTL;
 }
 
-bool fetch_origin_ignores_ranges(const char *authority)
+/*
+ * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
+ * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads
+ * its whole answer, filling every chunk it passes that nobody else has, and neither read-ahead,
+ * nor a split, nor a two-part fill asks it for more (each would bring the object from byte 0).
+ */
+static bool origin_ignores_ranges(const char *authority)
 {
     int i = norange_find(authority);
     return i >= 0 && norange[i].until > ev_now(fctx->loop);
@@ -813,8 +819,14 @@ void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
     fetch_route(f, o->host_is_ip);
 }
 
-int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first, uint64_t last,
-               const struct origin_req *o)
+/*
+ * Read-ahead: one fetch for the missing chunks <first>..<last> of object <key> (at most
+ * CACHE_SPAN_MAX, stopping before the first chunk already in memory or in flight): one upstream
+ * range request whose bytes fill the chunks in order, each joinable while it fills. Returns how
+ * many chunks the fetch covers (0 if <first> is present).
+ */
+static int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                      uint64_t last, const struct origin_req *o)
 {
     struct chunk *cks[CACHE_SPAN_MAX];
     size_t n = cache_chunk_span(c, key, key_len, first, last, cks);
@@ -871,7 +883,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
     g->head_off = off;
     g_stats.fetch_two_part++;
     /* Readers may already wait on <ck> (a disk lookup, a run that could not be cut then): they
-     * waited before there was a head part to ask, so let them look again (fetch_hurry). */
+     * waited before there was a head part to ask, so let them look again (fetch_want). */
     cache_chunk_poke(ck);
     if (route)
         fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
@@ -880,7 +892,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
 /*
  * The head part of <g>'s two-part chunk, if not asked yet: asked now, of the origin g asks (the
  * one a redirect led g to), once g is answered (sink_head), when g ends (fetch_finish) or for a
- * reader waiting for it (fetch_hurry). Not when the chunk failed meanwhile: then nothing is left
+ * reader waiting for it (fetch_want). Not when the chunk failed meanwhile: then nothing is left
  * to fill.
  */
 static void release_head_part(struct fetch *g)
@@ -907,7 +919,7 @@ static void release_head_part(struct fetch *g)
 
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
 {
-    if (!two_part(ck, off) || fetch_origin_ignores_ranges(o->authority)) {
+    if (!two_part(ck, off) || origin_ignores_ranges(o->authority)) {
         fetch_start(&ck, 1, o);
         return;
     }
@@ -943,7 +955,7 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
     if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
-        fetch_origin_ignores_ranges(f->authority))
+        origin_ignores_ranges(f->authority))
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     size_t k = f->cur;
@@ -979,7 +991,46 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     return true;
 }
 
-bool fetch_hurry(struct chunk *ck, uint64_t off)
+void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o, bool force)
+{
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING)
+        return; /* (a hit, or a fill that has already failed) */
+    struct cache *c = cache_chunk_cache(ck);
+    uint64_t cs = cache_chunk_size(c), idx = cache_chunk_index(ck);
+    uint64_t last = end / cs;
+    unsigned segs = g_cfg->readahead;
+    if (force || last <= idx || segs <= 1 || origin_ignores_ranges(o->authority))
+        return; /* (an origin without ranges: the fetch running brings the whole object) */
+    /* Only while few fetches run. Many running means many clients on cold data: the origins and
+     * the uplink are busy with what they asked for, and fetching ahead as well would only push
+     * their first bytes back (measured in bench/README), while one or a few clients still get
+     * their downloads multiplied. It also bounds the optional fetches, which outlive their
+     * clients: clients that ask and hang up cannot pile them up. */
+    if (fetch_live() >= FETCH_READAHEAD_MAX_FETCHES)
+        return;
+    size_t key_len;
+    const char *key = cache_chunk_key(ck, &key_len);
+    uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
+    uint64_t wend = last < idx + window ? last : idx + window;
+    uint64_t per = (wend - idx + segs - 1) / segs;
+    if (per > CACHE_SPAN_MAX)
+        per = CACHE_SPAN_MAX;
+    if (per == 0)
+        per = 1;
+    uint64_t i = idx + 1;
+    for (unsigned started = 0; i <= wend && started < segs;) {
+        if (cache_chunk_exists(c, key, key_len, i)) {
+            i++;
+            continue;
+        }
+        uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
+        int n = fetch_span(c, key, key_len, i, j, o);
+        i += n > 0 ? (uint64_t)n : 1;
+        started++;
+    }
+}
+
+bool fetch_want(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
     if (f == NULL || cache_chunk_state(ck) != CHUNK_S_FILLING)
