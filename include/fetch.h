@@ -20,9 +20,12 @@
  * misses here through the filler fetch_module_init() registers. The chunk size comes from the
  * cache.
  *
- * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> UPSTREAM -> done: the chunk is sealed
- * or failed, the ref dropped, the fetch freed. It does not depend on any client: a fetch whose
- * readers all left still completes and is stored. fetch_cancel_all() ends them at shutdown.
+ * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> WAIT_HEAD -> BODY (MEMORY while a
+ * chunk waits for room; DRAIN_PASS / DRAIN_REDIRECT for a short answer read away) -> DONE: the
+ * chunk is sealed or failed, the ref dropped, the fetch freed (the state table is in fetch.c).
+ * Its log lines say "fetch#<id>"; at debug level, its transitions and "fetch#<id> up#<id>". It does
+ * not depend on any client: a fetch whose readers all left still completes and is stored.
+ * fetch_cancel_all() ends them at shutdown.
  */
 #ifndef CACHEPARTY_FETCH_H
 #define CACHEPARTY_FETCH_H
@@ -105,5 +108,7 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);
 unsigned fetch_live(void);
+/* The id of the fetch filling <ck> ("fetch#<id>" in the log), 0 when none. */
+unsigned fetch_id_of(const struct chunk *ck);
 
 #endif

@@ -134,6 +134,12 @@ static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
     if (r == CACHE_MISS)
         fetch_start_at(c->ck, off, &o); /* the cache never starts a fill: we do */
     c->ck_created = r == CACHE_MISS || r == CACHE_LOOKUP;
+    if (r == CACHE_MISS || r == CACHE_JOINED)
+        log_debug("conn#%u %s fetch#%u chunk %llu", c->id, r == CACHE_MISS ? "starts" : "joins",
+                  fetch_id_of(c->ck), (unsigned long long)index);
+    else if (r == CACHE_LOOKUP || r == CACHE_LOADING)
+        log_debug("conn#%u waits for the disk lookup of chunk %llu", c->id,
+                  (unsigned long long)index);
     return c->ck != NULL;
 }
 

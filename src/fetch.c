@@ -2,12 +2,18 @@
 /*
  * fetch: fills a run of consecutive chunks of one object from the origin. See fetch.h.
  *
- * | phase    | waits for                                  | holds                            |
- * |----------|--------------------------------------------|----------------------------------|
- * | RESOLVE  | the resolver (skipped with an override)    | chunk refs, resolver query       |
- * | UPSTREAM | the response head, then body bytes         | chunk refs, upstream             |
- * | MEMORY   | room for the current chunk (reads paused)  | chunk refs, upstream, mem waiter |
- * | done     | -: every chunk sealed or failed, freed     | -                                |
+ * | state (FETCH_S_) | waits for                                 | holds                         |
+ * |------------------|-------------------------------------------|-------------------------------|
+ * | NEW              | - (made, not routed yet)                  | chunk refs                    |
+ * | RESOLVE          | the resolver (skipped with an override)   | chunk refs, resolver query    |
+ * | WAIT_HEAD        | the response head (connect, send, answer) | chunk refs, upstream          |
+ * | BODY             | body bytes, committed into the chunks     | chunk refs, upstream          |
+ * | MEMORY           | room for the current chunk (reads paused) | + mem waiter, its timer       |
+ * | DRAIN_PASS       | the end of a short uncacheable answer     | chunk refs, upstream          |
+ * | DRAIN_REDIRECT   | the end of a redirect's short body        | chunk refs, upstream, Location|
+ * | DONE             | -: every chunk sealed or failed, freed    | -                             |
+ * fetch_set_state() is the one setter (it checks the transition, see fetch_next_ok); a redirect
+ * goes back to RESOLVE or WAIT_HEAD towards its target, and a resumption to WAIT_HEAD.
  * One upstream request "Range: bytes=a-b" covers the run; its body fills chunk after chunk, each
  * sealed (stored) as soon as it is complete, so readers of later chunks join them while they
  * fill. A connection lost, cut short or stalled mid-body is resumed from the byte reached, up to
@@ -49,10 +55,34 @@
 #define FETCH_MAGIC 0xfe7c4001u
 #define FETCH_ATTEMPTS 3 /* resumptions after a failure mid-body */
 
+#define FETCH_STATES(X)                                                                            \
+    X(FETCH_S_NEW)            /* made, not routed yet */                                           \
+    X(FETCH_S_RESOLVE)        /* waiting for the resolver */                                       \
+    X(FETCH_S_WAIT_HEAD)      /* an upstream request runs: waiting for its head */                 \
+    X(FETCH_S_BODY)           /* committing its body into the chunks */                            \
+    X(FETCH_S_MEMORY)         /* body paused until the current chunk gets memory */                \
+    X(FETCH_S_DRAIN_PASS)     /* reading away a short uncacheable answer, then PASS */             \
+    X(FETCH_S_DRAIN_REDIRECT) /* reading away a redirect's short body, then following it */        \
+    X(FETCH_S_DONE)           /* finished: being freed */
+
+enum fetch_state {
+#define FETCH_SX(s) s,
+    FETCH_STATES(FETCH_SX)
+#undef FETCH_SX
+};
+
+static const char *const fetch_state_names[] = {
+#define FETCH_SN(s) #s + 8,
+    FETCH_STATES(FETCH_SN)
+#undef FETCH_SN
+};
+
 extern const struct config *g_cfg;
 
 struct fetch {
     unsigned magic;
+    unsigned id;
+    enum fetch_state state;
     struct fetch *next, **pprev;       /* all live fetches */
     struct chunk *cks[CACHE_SPAN_MAX]; /* refs, consecutive indices */
     size_t n;                          /* chunks in the run (trimmed to the object's end) */
@@ -69,11 +99,10 @@ struct fetch {
     struct upstream *up;       /* owns while fetching */
     uint64_t skip;             /* body bytes to drop first (200 answer to a range) */
     bool whole_object;         /* the origin ignored our Range */
-    bool discard;              /* uncacheable answer: drain its short body, keep the socket */
     bool resumed;              /* this attempt continues an earlier one */
     unsigned attempts;
     unsigned hops;          /* redirects followed */
-    char *location;         /* owns: a redirect to follow once its body is drained */
+    char *location;         /* owns: a redirect to follow (DRAIN_REDIRECT: once drained) */
     char *ua;               /* owns: the first reader's User-Agent (redirect checks) */
     char *processed_by;     /* owns: the X-LanCache-Processed-By chain received */
     struct cache_meta meta; /* as first answered (resumptions must match) */
@@ -96,6 +125,46 @@ struct fetch {
 static struct fetch_ctx *fctx;
 static struct fetch *fetches;
 static unsigned n_fetches;
+static unsigned fetch_next_id;
+
+/* Whether a fetch may go from state <from> to <to>. */
+static bool fetch_next_ok(enum fetch_state from, enum fetch_state to)
+{
+    if (to == FETCH_S_DONE)
+        return from != FETCH_S_DONE;
+    switch (from) {
+    case FETCH_S_NEW:
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_RESOLVE:
+        return to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_WAIT_HEAD: /* (a redirect followed at once, or a resumption asked again) */
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD || to == FETCH_S_BODY ||
+               to == FETCH_S_DRAIN_PASS || to == FETCH_S_DRAIN_REDIRECT;
+    case FETCH_S_BODY:
+        return to == FETCH_S_MEMORY || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_MEMORY:
+        return to == FETCH_S_BODY || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_DRAIN_PASS:
+        return false;
+    case FETCH_S_DRAIN_REDIRECT:
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_DONE:
+        return false;
+    }
+    return false;
+}
+
+/* The one setter of f->state. Leaving MEMORY ends its wait and the timer that bounds it. */
+static void fetch_set_state(struct fetch *f, enum fetch_state st)
+{
+    log_debug("fetch#%u %s -> %s", f->id, fetch_state_names[f->state], fetch_state_names[st]);
+    ASSERT(fetch_next_ok(f->state, st));
+    if (f->state == FETCH_S_MEMORY) {
+        cache_chunk_unwait(&f->memw);
+        ev_timer_stop(fctx->loop, &f->memt);
+    }
+    f->state = st;
+}
 
 /*
  * Origins seen answering a range request with the whole object (200): remembered for
@@ -118,8 +187,10 @@ static int norange_find(const char *authority)
     return -1;
 }
 
-static void norange_note(const char *authority, bool none)
+/* What fetch <f>'s answer showed of its origin (f->authority): <none>, no range support. */
+static void norange_note(const struct fetch *f, bool none)
 {
+    const char *authority = f->authority;
     int i = norange_find(authority);
     if (!none) {
         if (i >= 0)
@@ -134,7 +205,8 @@ static void norange_note(const char *authority, bool none)
         if (strlen(authority) >= sizeof(norange[i].authority))
             return;
         strcpy(norange[i].authority, authority);
-        log_info("fetch %s: the origin ignores Range: whole answers from now on", authority);
+        log_info("fetch#%u %s: the origin ignores Range: whole answers from now on", f->id,
+                 authority);
     }
     norange[i].until = ev_now(fctx->loop) + NORANGE_TTL;
 }
@@ -156,6 +228,8 @@ static void on_disk_miss(void *arg, struct chunk *ck, uint64_t off, const struct
 {
     (void)arg;
     fetch_start_at(ck, off, o);
+    log_debug("fetch#%u starts chunk %llu after a disk miss", fetch_id_of(ck),
+              (unsigned long long)cache_chunk_index(ck));
 }
 
 void fetch_module_init(struct fetch_ctx *ctx)
@@ -170,6 +244,12 @@ void fetch_module_init(struct fetch_ctx *ctx)
 unsigned fetch_live(void)
 {
     return n_fetches;
+}
+
+unsigned fetch_id_of(const struct chunk *ck)
+{
+    const struct fetch *f = cache_chunk_filler(ck);
+    return f != NULL ? f->id : 0;
 }
 
 /* The chunk size, from the cache (its one source). */
@@ -267,6 +347,7 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         cache_chunk_unref(&f->cks[i]);
     }
     release_head_part(f); /* asked now, or finished when our end failed the chunk */
+    fetch_set_state(f, FETCH_S_DONE);
     fetch_free(f);
 }
 
@@ -334,8 +415,8 @@ static bool follow_redirect(struct fetch *f)
     o.ua_len = f->ua ? strlen(f->ua) : 0;
     o.processed_by = f->processed_by;
     o.processed_by_len = f->processed_by ? strlen(f->processed_by) : 0;
-    log_info("fetch %s: redirected to http://%s%.*s (hop %u)", f->host, auth.ident, (int)plen, path,
-             f->hops);
+    log_info("fetch#%u %s: redirected to http://%s%.*s (hop %u)", f->id, f->host, auth.ident,
+             (int)plen, path, f->hops);
     free(f->req_pre);
     free(f->req_post);
     free(f->host);
@@ -354,14 +435,16 @@ static bool follow_redirect(struct fetch *f)
 static bool reserve_current(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (cache_chunk_is_reserved(ck) || cache_chunk_state(ck) != CHUNK_S_FILLING)
-        return true; /* (failed by its other part's fetch meanwhile: sink_body reads it away) */
-    if (cache_chunk_reserve(ck) == 0) {
-        ev_timer_stop(fctx->loop, &f->memt);
+    /* (Reserved by its other part's fetch, or failed by it meanwhile: sink_body reads it away.) */
+    if (cache_chunk_is_reserved(ck) || cache_chunk_state(ck) != CHUNK_S_FILLING ||
+        cache_chunk_reserve(ck) == 0) {
+        if (f->state == FETCH_S_MEMORY)
+            fetch_set_state(f, FETCH_S_BODY);
         return true;
     }
     cache_mem_wait(cache_chunk_cache(ck), &f->memw, on_mem);
-    if (!ev_is_active(&f->memt)) {
+    if (f->state != FETCH_S_MEMORY) {
+        fetch_set_state(f, FETCH_S_MEMORY);
         ev_timer_set(&f->memt, (double)g_cfg->read_timeout_ms / 1000.0, 0.);
         ev_timer_start(fctx->loop, &f->memt);
     }
@@ -376,7 +459,7 @@ static void on_mem_timeout(struct ev_loop *loop, ev_timer *t, int revents)
     (void)revents;
     struct fetch *f = container_of(t, struct fetch, memt);
     CHECK_OBJ(f, FETCH_MAGIC);
-    log_warn("fetch %s: no cache memory for %llu ms: giving this fill up", f->host,
+    log_warn("fetch#%u %s: no cache memory for %llu ms: giving this fill up", f->id, f->host,
              (unsigned long long)g_cfg->read_timeout_ms);
     g_stats.fetch_failed++;
     upstream_cancel(&f->up);
@@ -468,19 +551,20 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         if (cr == NULL || resp->framing != H1_BODY_LENGTH ||
             range_parse_content_range(buf + cr->value.off, cr->value.len, &a, &b, &total) !=
                 RANGE_OK) {
-            log_info("fetch %s: 206 without a usable Content-Range: not cached", f->host);
+            log_info("fetch#%u %s: 206 without a usable Content-Range: not cached", f->id, f->host);
             goto pass;
         }
         /* What was asked: the run may have been split since (fetch_split), the answer not. */
         uint64_t want_end = f->req_end < total - 1 ? f->req_end : total - 1;
         if (a != pos || b != want_end || resp->content_length != b - a + 1) {
-            log_info("fetch %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->host,
-                     (unsigned long long)a, (unsigned long long)b, (unsigned long long)total,
-                     (unsigned long long)pos, (unsigned long long)want_end);
+            log_info("fetch#%u %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->id,
+                     f->host, (unsigned long long)a, (unsigned long long)b,
+                     (unsigned long long)total, (unsigned long long)pos,
+                     (unsigned long long)want_end);
             goto fail;
         }
         m.total = total;
-        norange_note(f->authority, false);
+        norange_note(f, false);
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
                resp->content_length > pos) {
         /* No range support: the whole object comes; our part of it, and every chunk after it
@@ -488,7 +572,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->whole_object = true;
         f->skip = pos;
         m.total = resp->content_length;
-        norange_note(f->authority, true);
+        norange_note(f, true);
         if (f->key == NULL) {
             const struct chunk *ck = f->cks[f->cur];
             size_t key_len;
@@ -504,14 +588,14 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         if (loc[0] == '\0')
             goto pass;
         if (++f->hops > FETCH_MAX_REDIRECTS) {
-            log_info("fetch %s: more than %d redirects", f->host, FETCH_MAX_REDIRECTS);
+            log_info("fetch#%u %s: more than %d redirects", f->id, f->host, FETCH_MAX_REDIRECTS);
             goto fail;
         }
         free(f->location);
         f->location = xstrdup(loc);
         if (resp->framing == H1_BODY_NONE ||
             (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
-            f->discard = true; /* followed once the short body is read away */
+            fetch_set_state(f, FETCH_S_DRAIN_REDIRECT); /* followed once its body is read away */
             return;
         }
         upstream_cancel(&f->up);
@@ -519,7 +603,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     } else if (f->resumed) {
-        log_info("fetch %s: resumption answered %d: giving up", f->host, resp->status);
+        log_info("fetch#%u %s: resumption answered %d: giving up", f->id, f->host, resp->status);
         goto fail;
     } else {
         if (resp->status == 416)
@@ -529,16 +613,18 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     if (f->resumed) {
         /* Continue only with the very same object (length and validators). */
         if (!same_version(&m, &f->meta)) {
-            log_info("fetch %s: object changed while resuming: giving up", f->host);
+            log_info("fetch#%u %s: object changed while resuming: giving up", f->id, f->host);
             goto fail;
         }
+        fetch_set_state(f, FETCH_S_BODY);
         return;
     }
+    fetch_set_state(f, FETCH_S_BODY);
     int rc = apply_meta(f, &m);
     if (rc == 0 && f->whole_object)
         extend_run(f);
     if (rc == -EFBIG) {
-        log_info("fetch %s: object of %llu bytes: too large to cache, forwarded", f->host,
+        log_info("fetch#%u %s: object of %llu bytes: too large to cache, forwarded", f->id, f->host,
                  (unsigned long long)m.total);
         upstream_cancel(&f->up);
         fetch_finish(f, CHUNK_FAIL_PASS);
@@ -552,7 +638,7 @@ pass:
     if (resp->framing == H1_BODY_NONE ||
         (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
         /* A short error page: read it away so that the connection can be reused. */
-        f->discard = true;
+        fetch_set_state(f, FETCH_S_DRAIN_PASS);
         return;
     }
     upstream_cancel(&f->up);
@@ -606,7 +692,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->discard)
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT)
         return len;
     size_t taken = 0;
     while (taken < len) {
@@ -632,7 +718,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
             if (!cache_chunk_fits(ck, f->pos - cstart, n)) {
                 /* Only when its other part's fetch moved it under us (an object that ends
                  * before this part): never write where we were not asked to. */
-                log_info("fetch %s: chunk %llu no longer takes bytes at %llu", f->host,
+                log_info("fetch#%u %s: chunk %llu no longer takes bytes at %llu", f->id, f->host,
                          (unsigned long long)cache_chunk_index(ck), (unsigned long long)f->pos);
                 upstream_cancel(&f->up);
                 fetch_finish(f, CHUNK_FAIL_ORIGIN);
@@ -672,12 +758,12 @@ static void sink_done(void *arg, enum up_err err)
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->up = NULL;
-    if (f->discard && f->location != NULL) {
+    if (f->state == FETCH_S_DRAIN_REDIRECT) {
         if (!follow_redirect(f))
             fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
-    if (f->discard) {
+    if (f->state == FETCH_S_DRAIN_PASS) {
         fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
@@ -691,7 +777,7 @@ static void sink_done(void *arg, enum up_err err)
         f->attempts++;
         f->resumed = true;
         g_stats.fetch_resumed++;
-        log_info("fetch %s: %s at byte %llu: resuming (attempt %u)", f->host,
+        log_info("fetch#%u %s: %s at byte %llu: resuming (attempt %u)", f->id, f->host,
                  err == UP_OK ? "short body" : upstream_strerror(err), (unsigned long long)f->pos,
                  f->attempts);
         fetch_connect(f);
@@ -701,7 +787,7 @@ static void sink_done(void *arg, enum up_err err)
     if (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT ||
         err == UP_ERR_READ_TIMEOUT)
         why = CHUNK_FAIL_TIMEOUT;
-    log_info("fetch %s chunk %llu: %s", f->host,
+    log_info("fetch#%u %s chunk %llu: %s", f->id, f->host,
              (unsigned long long)(f->cur < f->n ? cache_chunk_index(f->cks[f->cur]) : 0),
              err == UP_OK ? "short body" : upstream_strerror(err));
     g_stats.fetch_failed++;
@@ -724,8 +810,10 @@ static void fetch_connect(struct fetch *f)
     ur.head = head;
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
-    f->discard = false;
+    fetch_set_state(f, FETCH_S_WAIT_HEAD);
     f->up = upstream_start(fctx->loop, fctx->upool, &ur, &fetch_sink, f);
+    log_debug("fetch#%u up#%u: bytes %llu-%llu", f->id, upstream_id(f->up),
+              (unsigned long long)f->pos, (unsigned long long)f->last);
     free(head); /* upstream_start copied it */
 }
 
@@ -735,7 +823,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
     if (err != 0) {
-        log_info("fetch: cannot resolve %s: %s", f->host, strerror(-err));
+        log_info("fetch#%u: cannot resolve %s: %s", f->id, f->host, strerror(-err));
         fetch_finish(f, CHUNK_FAIL_ORIGIN);
         return;
     }
@@ -746,7 +834,7 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
         fetch_connect(f);
         return;
     }
-    log_info("fetch: %s resolves to a private address: refused", f->host);
+    log_info("fetch#%u: %s resolves to a private address: refused", f->id, f->host);
     g_stats.forbidden++;
     /* A redirect's target failing the checks is not followed: the client gets the redirect
      * itself, uncached (CONTRACT.md §4). */
@@ -775,6 +863,7 @@ static struct fetch *fetch_alloc(void)
 {
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
+    f->id = ++fetch_next_id;
     ev_init(&f->memt, on_mem_timeout);
     f->next = fetches;
     if (fetches)
@@ -947,6 +1036,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
         f->have_addr = true;
         fetch_connect(f);
     } else {
+        fetch_set_state(f, FETCH_S_RESOLVE);
         f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
     }
 }
@@ -954,8 +1044,8 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 static bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
-    if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
-        origin_ignores_ranges(f->authority))
+    if (f == NULL || f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT ||
+        f->whole_object || origin_ignores_ranges(f->authority))
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     size_t k = f->cur;
@@ -967,7 +1057,7 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     size_t gap = f->flowing ? FETCH_SPLIT_GAP : 1;
     if (k >= f->n || k < f->cur + gap)
         return false; /* not in this run, or the fill reaches it soon enough */
-    if (ev_is_active(&f->memt))
+    if (f->state == FETCH_S_MEMORY)
         return false; /* waiting for memory: a new request could only wait for it too */
     struct fetch *g = fetch_sibling(f);
     for (size_t i = k; i < f->n; i++) {
@@ -1037,7 +1127,7 @@ bool fetch_want(struct chunk *ck, uint64_t off)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     if (f->head_ck == ck && off < f->head_off) {
-        if (f->discard && f->location == NULL && !f->past_end)
+        if (f->state == FETCH_S_DRAIN_PASS && !f->past_end)
             return false; /* its answer fails the chunk once read away: nothing to ask */
         release_head_part(f);
         return true;
