@@ -28,10 +28,10 @@ struct chunk {
     uint64_t cap; /* this chunk's length (the last chunk is shorter) */
     uint64_t len; /* bytes committed from its start (== cap once sealed) */
     /* A chunk whose first reader starts deep inside it is filled in two parts at once (see
-     * fetch_start_at): [0, tail_off) from its start and [tail_off, cap) from the reader's
-     * offset. Bytes [tail_off, tail_end) are committed too; when len reaches tail_off the parts
-     * join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. Set by the filler
-     * through cache_chunk_split_at()/cache_chunk_unsplit(). */
+     * the filler's two-part fills): [0, tail_off) from its start and [tail_off, cap) from the
+     * reader's offset. Bytes [tail_off, tail_end) are committed too; when len reaches tail_off the
+     * parts join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. Set by the
+     * filler through cache_chunk_split_at()/cache_chunk_unsplit(). */
     uint64_t tail_off, tail_end;
     char *data;            /* owns: memory chunk bytes, NULL for a disk chunk */
     int fd;                /* owns: disk chunk file, -1 for a memory chunk */

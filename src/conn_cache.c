@@ -81,7 +81,7 @@ static const char *processed_by(struct conn *c, size_t *len)
     return c->chain;
 }
 
-/* The origin to fetch from, borrowing the request's strings (fetch_start copies them). */
+/* The origin to fetch from, borrowing the request's strings (whoever keeps them copies them). */
 static void origin_of(struct conn *c, struct origin_req *o)
 {
     const struct h1_field *ua = field(c, "User-Agent");

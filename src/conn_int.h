@@ -107,7 +107,7 @@ struct conn {
     bool force;         /* ?nocache=1: refetch and re-store */
     bool first_miss;    /* this request started the fetch of its first chunk */
     bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
-    bool ck_created;    /* ... and of the current chunk (with started_by_fetch: a miss) */
+    bool ck_created;    /* ... and of the current chunk (with cache_chunk_is_miss: a miss) */
     bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
     char *objkey;       /* owns: "identifier\npath" */
     size_t objkey_len;
