@@ -598,6 +598,8 @@ static void test_set_meta_refuses_a_second_part_of_another_version(void **state)
 
 /* ---- purge ---- */
 
+/* The purge comes right after the seals: each store may be queued, writing, or done by then;
+ * in every order no chunk file is left afterwards. */
 static void test_a_purge_wins_over_stores_still_pending(void **state)
 {
     struct fx *f = *state;

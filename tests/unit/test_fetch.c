@@ -56,6 +56,7 @@ enum script {
     SCRIPT_REDIRECT, /* "/r" answers 302 to "/obj" (empty body); then ranges */
     SCRIPT_CLOSE,    /* every connection closed without an answer */
     SCRIPT_404,      /* a short error page */
+    SCRIPT_STALL,    /* requests read, never answered */
 };
 
 struct req_rec {
@@ -164,6 +165,8 @@ static bool answer(struct origin_srv *s, int fd, const struct req_rec *r)
     pthread_mutex_unlock(&s->mu);
     if (sc == SCRIPT_CLOSE)
         return false;
+    if (sc == SCRIPT_STALL)
+        return true; /* until the client hangs up */
     if (sc == SCRIPT_404) {
         const char *resp = "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found";
         return write_all(fd, resp, strlen(resp));
@@ -554,6 +557,55 @@ static void test_no_read_ahead_for_nocache_or_the_last_chunk(void **state)
     assert_int_equal(srv_requests(&f->srv, reqs), 1);
 }
 
+static void test_no_read_ahead_while_the_cap_of_fetches_runs(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 64 * CS;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *cks[FETCH_READAHEAD_MAX_FETCHES];
+    for (unsigned i = 0; i < FETCH_READAHEAD_MAX_FETCHES; i++)
+        cks[i] = read_chunk(f, 2 * i, 0, &o, NULL);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES);
+    fetch_sequential(cks[0], total - 1, &o, false);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES); /* none ahead */
+    assert_int_equal(cstats(f).readahead, 0);
+    fetch_cancel_all();
+    for (unsigned i = 0; i < FETCH_READAHEAD_MAX_FETCHES; i++) {
+        assert_int_equal(cache_chunk_state(cks[i]), CHUNK_S_FAILED);
+        cache_chunk_unref(&cks[i]);
+    }
+}
+
+static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    assert_int_equal(fetch_live(), 5);
+    enum cache_lookup r;
+    struct chunk *ck3 = read_chunk(f, 3, 0, &o, &r);
+    assert_int_equal(r, CACHE_JOINED);
+    /* Nothing of the run flows yet: chunk 3 would wait for chunks 1 and 2 first. */
+    assert_true(fetch_want(ck3, 0));
+    assert_int_equal(g_stats.fetch_split, 1);
+    assert_int_equal(fetch_live(), 6);
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck3);
+    assert_object_cached(f, total);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 6);
+    bool split_asked = false;
+    for (int i = 0; i < n; i++)
+        split_asked = split_asked || (reqs[i].a == 3 * CS && reqs[i].b == 4 * CS - 1);
+    assert_true(split_asked); /* (the run's own answer is cut before chunk 3) */
+}
+
 static void test_a_reader_deep_in_a_chunk_gets_a_two_part_fill(void **state)
 {
     struct fx *f = *state;
@@ -694,6 +746,8 @@ int main(void)
         T(test_a_reader_who_joins_shares_the_fill),
         T(test_read_ahead_asks_the_rest_of_the_object_once_in_runs),
         T(test_no_read_ahead_for_nocache_or_the_last_chunk),
+        T(test_no_read_ahead_while_the_cap_of_fetches_runs),
+        T(test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it),
         T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
         T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),
         T(test_a_cut_answer_is_resumed_from_the_byte_reached),
