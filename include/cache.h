@@ -15,7 +15,9 @@
  *   switched partly to pass-through for a while: full or read-only (ENOSPC, EDQUOT, EROFS, EIO
  *   on a write): new chunks are served without being stored; EIO on a read: its chunks are
  *   fetched from the origin.
- * A miss starts one fetch (fetch.c) for the chunk; every later request for it while it fills
+ * Storage never asks the origin. A lookup returns an outcome (cache_chunk_get); on a miss the
+ * caller starts the fill (fetch.c), and a disk lookup that finds nothing usable hands its chunk
+ * to the filler given at start (cache_set_filler). Every later request for a chunk while it fills
  * shares that chunk and reads its bytes as they are committed (waiters are woken once per
  * change, right after the callback that made it: in practice once per loop iteration).
  *
@@ -24,9 +26,10 @@
  * chunks. A reader also compares every chunk with the head it sent and closes on a mismatch, so
  * no client ever gets bytes of two versions.
  *
- * Ownership: struct chunk is refcounted. The memory table holds one ref on each chunk in it; the
- * fetch holds one while filling; each reader holds one. cache_chunk_unref() frees at zero.
- * Chunk data is immutable once committed: readers may send straight from it.
+ * Ownership: struct chunk is opaque and refcounted, only through cache_chunk_ref() and
+ * cache_chunk_unref() (which frees at zero). The memory table holds one ref on each chunk in it;
+ * the fill holds one while filling; each reader holds one. Chunk data is immutable once
+ * committed: readers may send straight from it.
  */
 #ifndef CACHEPARTY_CACHE_H
 #define CACHEPARTY_CACHE_H
@@ -41,9 +44,8 @@
 struct ev_loop;
 struct config;
 struct cache;
-struct chunk;
-struct fetch_origin;
-struct store_job;
+struct chunk; /* opaque: see the reader and filler APIs below */
+struct origin_req;
 
 /* What an object looks like (from the origin's first answer or a chunk file header). */
 struct cache_meta {
@@ -54,18 +56,19 @@ struct cache_meta {
 };
 
 enum chunk_state {
-    CHUNK_S_FILLING, /* a fetch is committing bytes */
-    CHUNK_S_SEALED,  /* complete and verified: in memory (data) or on disk (fd) */
-    CHUNK_S_FAILED   /* the fetch failed; see fail */
+    CHUNK_S_FILLING, /* a fill is committing bytes (or a disk lookup runs) */
+    CHUNK_S_SEALED,  /* complete and verified: in memory or on disk */
+    CHUNK_S_FAILED   /* the fill failed; see cache_chunk_fail_cause() */
 };
 
+/* Why a fill failed; the client path maps a cause to its answer. */
 enum chunk_fail {
     CHUNK_FAIL_NONE = 0,
-    CHUNK_FAIL_502,    /* origin unreachable, invalid or cut short */
-    CHUNK_FAIL_504,    /* origin timeout */
-    CHUNK_FAIL_403,    /* origin not allowed (private address) */
-    CHUNK_FAIL_PASS,   /* the origin answered something uncacheable: forward the request */
-    CHUNK_FAIL_CHANGED /* the object changed at the origin while this chunk filled */
+    CHUNK_FAIL_ORIGIN,    /* origin unreachable, invalid or cut short */
+    CHUNK_FAIL_TIMEOUT,   /* origin timeout */
+    CHUNK_FAIL_FORBIDDEN, /* origin not allowed (private address) */
+    CHUNK_FAIL_PASS,      /* the origin answered something uncacheable: forward the request */
+    CHUNK_FAIL_CHANGED    /* the object changed at the origin while this chunk filled */
 };
 
 struct chunk_waiter;
@@ -78,45 +81,6 @@ struct chunk_waiter {
     chunk_wake_fn *cb;
 };
 
-struct chunk {
-    unsigned magic;
-    unsigned refs;
-    struct cache *cache; /* borrows */
-    uint8_t obj[16];     /* object hash */
-    uint64_t index;
-    enum chunk_state state;
-    enum chunk_fail fail;
-    bool meta_known; /* meta and cap are set */
-    struct cache_meta meta;
-    uint64_t cap; /* this chunk's length (the last chunk is shorter) */
-    uint64_t len; /* bytes committed from its start (== cap once sealed) */
-    /* A chunk whose first reader starts deep inside it is filled in two parts at once (see
-     * fetch_start_at): [0, tail_off) from its start and [tail_off, cap) from the reader's
-     * offset. Bytes [tail_off, tail_end) are committed too; when len reaches tail_off the parts
-     * join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. */
-    uint64_t tail_off, tail_end;
-    char *data;            /* owns: memory chunk bytes, NULL for a disk chunk */
-    int fd;                /* owns: disk chunk file, -1 for a memory chunk */
-    off_t body_off;        /* where the body starts in fd */
-    bool started_by_fetch; /* a fetch was started for it (its first reader is a MISS) */
-    /* Private to cache.c / fetch.c. */
-    char *key; /* owns: "identifier\npath" */
-    size_t key_len;
-    struct chunk *hnext;         /* memory table chain */
-    struct chunk *cnext, *cprev; /* CLOCK ring of sealed memory chunks */
-    bool in_table;
-    bool clock_ref;
-    bool notify_pending;
-    struct chunk *notify_next;
-    struct chunk_waiter *waiters;
-    struct fetch *fetch;         /* while FILLING */
-    bool loading;                /* FILLING while the I/O pool looks it up on disk */
-    struct fetch_origin *origin; /* owns, while loading: where to fetch it on a disk miss */
-    uint64_t origin_off;         /* while loading: where in it that reader starts */
-    struct store_job *store;     /* its file is being written (the job holds a ref) */
-    uint64_t mem;                /* bytes accounted to the memory budget */
-};
-
 /* The cache; NULL with <err> when a cache dir is unusable or holds another chunk_size. */
 struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen);
 void cache_free(struct cache **c);
@@ -124,6 +88,22 @@ void cache_free(struct cache **c);
  * the dirs and chunk_size cannot (main keeps them). A smaller memory budget evicts as fills need
  * room. */
 void cache_reconfigure(struct cache *c, const struct config *cfg);
+/* The chunk size, fixed for the cache's life: the one source of it for the fill and readers. */
+uint64_t cache_chunk_size(const struct cache *c);
+
+/*
+ * The fill layer, as the cache sees it: given once at start (the cache copies <f>). A disk lookup
+ * that finds no usable file for a chunk a reader wants calls disk_miss(arg, ck, off, o): <ck> is
+ * FILLING, in the table, with nothing committed and no filler yet (borrowed: the fill takes its
+ * own refs); <off> is where in it that reader starts; <o> is the reader's origin (borrowed). It
+ * is called from the cache's I/O completion, never from inside a cache_* call. Without a filler,
+ * such a chunk fails (CHUNK_FAIL_PASS).
+ */
+struct cache_filler {
+    void (*disk_miss)(void *arg, struct chunk *ck, uint64_t off, const struct origin_req *o);
+    void *arg;
+};
+void cache_set_filler(struct cache *c, const struct cache_filler *f);
 
 /*
  * The object key of <path>[0..path_len) under cache identifier <ident>: "identifier\npath", NUL
@@ -135,21 +115,60 @@ char *cache_key_build(const char *ident, const char *path, size_t path_len, size
 /* Hash of an object key ("identifier\npath"). */
 void cache_obj_hash(const char *key, size_t len, uint8_t out[16]);
 
+/* What cache_chunk_get() found. */
+enum cache_lookup {
+    CACHE_HIT,     /* sealed in memory */
+    CACHE_JOINED,  /* being filled: this reader shares that fill */
+    CACHE_LOADING, /* being looked up on disk for an earlier reader: wait on it */
+    CACHE_LOOKUP,  /* a disk lookup for this reader: on a disk miss the filler fills it */
+    CACHE_MISS,    /* in neither tier: a new FILLING chunk nobody fills yet: the caller starts
+                      its fill (and counts as the one that started it) */
+    CACHE_ABSENT   /* a probe (no origin) found it in neither tier: no chunk */
+};
+
 /*
- * A reference to chunk <index> of object <key>: from memory, else from disk (verified), else a
- * new FILLING chunk whose fetch starts at once from <origin> (borrowed, copied), unless <origin>
- * is NULL (probe only: then NULL is returned on a miss). <off> is where in the chunk the caller
- * will start reading (a fetch started for it brings that byte first: fetch_start_at). <force>
- * skips both tiers (?nocache=1). *<created> tells whether this call started the fetch. Unref
- * with cache_chunk_unref().
+ * A reference to chunk <index> of object <key> in *<out>: from memory, else a disk lookup
+ * (verified on the I/O pool; the chunk stays FILLING until it is known), else a new FILLING chunk
+ * for the caller to fill. <origin> (borrowed, copied for a disk lookup) is where a disk miss is
+ * filled from, and <off> where in the chunk the caller will start reading; a NULL <origin> is a
+ * probe (HEAD): a miss is CACHE_ABSENT (*<out> NULL) and a disk miss fails the chunk with
+ * CHUNK_FAIL_PASS. <force> skips both tiers (?nocache=1). Never calls the filler. Unref with
+ * cache_chunk_unref().
  */
-struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                              uint64_t off, const struct fetch_origin *origin, bool force,
-                              bool *created);
+enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
+                                  uint64_t off, const struct origin_req *origin, bool force,
+                                  struct chunk **out);
+/* Another ref on <ck>; returns it. */
+struct chunk *cache_chunk_ref(struct chunk *ck);
+/* Drops a ref and clears *<ck>; frees the chunk at zero. */
 void cache_chunk_unref(struct chunk **ck);
 
+/* ---- reading a chunk (every accessor borrows <ck>) ---- */
+enum chunk_state cache_chunk_state(const struct chunk *ck);
+/* Why it failed (CHUNK_FAIL_NONE unless FAILED). */
+enum chunk_fail cache_chunk_fail_cause(const struct chunk *ck);
+/* The object's meta, once known (NULL before); valid while the ref is held. */
+const struct cache_meta *cache_chunk_meta(const struct chunk *ck);
+uint64_t cache_chunk_index(const struct chunk *ck);
+/* This chunk's length (the last one is shorter), once its meta is known. */
+uint64_t cache_chunk_cap(const struct chunk *ck);
+/* Bytes committed from its start (== cap once sealed). */
+uint64_t cache_chunk_len(const struct chunk *ck);
+/* Whether it is a disk lookup still running (FILLING, no fill yet). */
+bool cache_chunk_is_loading(const struct chunk *ck);
+/* Whether a fill was started for it: its first reader is a MISS (and so are its bytes). */
+bool cache_chunk_is_miss(const struct chunk *ck);
 /* How many bytes from offset <off> of <ck> are committed and contiguous (may be sent now). */
 uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off);
+/* Where byte <off> of <ck> is (committed: cache_chunk_avail() > 0): in memory at <data> (then
+ * <fd> is -1), or in file <fd> at <file_off> (then <data> is NULL). Borrowed, valid while the ref
+ * is held. */
+struct chunk_bytes {
+    const char *data;
+    int fd;
+    off_t file_off;
+};
+void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes *out);
 
 /* Wake <w> once when <ck> changes (re-registering moves it). Never called back from inside. */
 void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb);
@@ -160,35 +179,51 @@ void cache_chunk_unwait(struct chunk_waiter *w);
 
 /*
  * When memory is short (a fill waits for it, or it is full): the same chunk from its verified
- * file instead of memory (a ref), so that a reader blocked on a slow client does not pin memory.
- * NULL otherwise, or when it has no file.
+ * file instead of memory (a ref, with the same miss account), so that a reader blocked on a slow
+ * client does not pin memory. NULL otherwise, or when it has no file.
  */
 struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck);
 
 /* Whether chunk <index> is in memory (not failed) or has a file on disk (not verified here). */
 bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index);
 
+/* ---- the filler's API ---- */
 /*
- * Read-ahead: starts one fetch for the missing chunks <first>..<last> (at most CACHE_SPAN_MAX,
- * stopping before the first chunk already in memory or in flight): one upstream range request
- * whose bytes fill the chunks in order, each joinable while it fills. Returns how many chunks
- * the fetch covers (0 if <first> is present).
+ * Read-ahead: new FILLING chunks for the missing chunks <first>..<last> (at most CACHE_SPAN_MAX,
+ * stopping before the first chunk already in memory or in flight), each in the table and joinable
+ * at once, a ref on each in <out>[0..n) for the caller, who fills them in order. Returns n (0 if
+ * <first> is present).
  */
-int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
-                     uint64_t last, const struct fetch_origin *origin);
-
-/* Used by fetch.c. */
-/* A new FILLING chunk <index> of <key> for a fetch of version <m> already running (a ref for
+size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                        uint64_t last, struct chunk **out);
+/* A new FILLING chunk <index> of <key> for a fill of version <m> already running (a ref for
  * it), or NULL when the chunk is in memory, in flight or on disk, or when <m> is not the object's
- * current version (it changed, or was purged, since the fetch began). */
+ * current version (it changed, or was purged, since the fill began). */
 struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index,
                                 const struct cache_meta *m);
+/* The cache a chunk belongs to, and its object key (borrowed while the ref is held). */
+struct cache *cache_chunk_cache(const struct chunk *ck);
+const char *cache_chunk_key(const struct chunk *ck, size_t *len);
+/* The filler's handle for the fill now committing into <ck> (opaque to the cache, NULL when
+ * none); cleared by the cache when the chunk is sealed or fails. */
+void *cache_chunk_filler(const struct chunk *ck);
+void cache_chunk_set_filler(struct chunk *ck, void *fill);
+/* Two-part fills: <ck> (FILLING, nothing committed) is filled from its start up to <off> and
+ * from <off> to its end at once; the parts join when they meet. Undone by cache_chunk_unsplit()
+ * (nothing of the second part committed yet), and by cache_chunk_set_meta() when <off> turns out
+ * to lie past the chunk's end. */
+void cache_chunk_split_at(struct chunk *ck, uint64_t off);
+void cache_chunk_unsplit(struct chunk *ck);
+/* Whether <ck> is being filled in two parts that have not met yet. */
+bool cache_chunk_is_split(const struct chunk *ck);
 /* Sets the object's meta on a filling chunk (no memory yet): 0, -EINVAL when the chunk lies
- * beyond the object's end, or -ESTALE when the chunk's meta, set by the fetch of its other part,
- * is another version. */
+ * beyond the object's end, -EFBIG for an object of too many chunks, or -ESTALE when the chunk's
+ * meta, set by the fill of its other part, is another version. */
 int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m);
 /* Allocates the chunk's bytes within the memory budget: 0, or -ENOMEM (then cache_mem_wait). */
 int cache_chunk_reserve(struct chunk *ck);
+/* Whether its bytes are allocated (cache_chunk_reserve() succeeded, or a disk chunk's file). */
+bool cache_chunk_is_reserved(const struct chunk *ck);
 void cache_mem_wait(struct cache *c, struct chunk_waiter *w, chunk_wake_fn *cb);
 /* Whether <len> bytes at offset <off> may be committed now: the chunk fills, its meta is known,
  * and <off> is the end of either part (len, without running into the tail, or tail_end). */

@@ -12,9 +12,20 @@
  * the chunk with CHUNK_FAIL_PASS. Any other status also fails it with CHUNK_FAIL_PASS so that
  * its readers forward their own requests uncached.
  *
- * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> UPSTREAM -> done: the chunk is sealed
- * or failed, the ref dropped, the fetch freed. It does not depend on any client: a fetch whose
- * readers all left still completes and is stored. fetch_cancel_all() ends them at shutdown.
+ * Fill policy is decided here and nowhere else: which bytes to ask the origin for and when (runs
+ * of chunks, read-ahead and its cap, splitting a run for a reader waiting behind it, two-part
+ * fills and their head parts, origins that ignore Range, resuming a cut answer). The client path
+ * only says what it does: it starts the fill of a chunk its lookup missed (fetch_start_at), says
+ * where it waits (fetch_want) and that it reads on (fetch_sequential); the cache hands its disk
+ * misses here through the filler fetch_module_init() registers. The chunk size comes from the
+ * cache.
+ *
+ * Lifecycle: fetch_start() (holds a chunk ref) -> RESOLVE -> WAIT_HEAD -> BODY (MEMORY while a
+ * chunk waits for room; DRAIN_PASS / DRAIN_REDIRECT for a short answer read away) -> DONE: the
+ * chunk is sealed or failed, the ref dropped, the fetch freed (the state table is in fetch.c).
+ * Its log lines say "fetch#<id>"; at debug level, its transitions and "fetch#<id> up#<id>". It does
+ * not depend on any client: a fetch whose readers all left still completes and is stored.
+ * fetch_cancel_all() ends them at shutdown.
  */
 #ifndef CACHEPARTY_FETCH_H
 #define CACHEPARTY_FETCH_H
@@ -24,28 +35,13 @@
 #include <sys/socket.h>
 
 #include "http1.h"
+#include "origin.h"
 
 struct ev_loop;
 struct resolver;
 struct upool;
+struct cache;
 struct chunk;
-
-/* Where and how to fetch an object; the strings are borrowed and copied by fetch_start(). */
-struct fetch_origin {
-    const char *host; /* name to resolve, or an IP literal */
-    bool host_is_ip;
-    uint16_t port;
-    const char *authority; /* Host header value */
-    const char *path;      /* path and query, as forwarded */
-    size_t path_len;
-    const char *user_agent; /* may be NULL */
-    size_t ua_len;
-    const char *processed_by; /* the client's X-LanCache-Processed-By chain, may be NULL */
-    size_t processed_by_len;
-};
-
-/* A copy of <o> in one allocation (strings NUL-terminated): free() it. */
-struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o);
 
 /* The loop-wide context the fetches use; set once by main. */
 struct domains;
@@ -57,36 +53,31 @@ struct fetch_ctx {
     bool has_override;
     struct sockaddr_storage override_addr;
     const struct domains *const *domains; /* the current lists, for redirect targets */
+    struct cache *cache; /* the cache whose disk misses the fetches fill (may be NULL) */
 };
 
 #define FETCH_MAX_REDIRECTS 5
 
+/* Sets the context (borrowed for the process's life) and registers as <cache>'s filler. */
 void fetch_module_init(struct fetch_ctx *ctx);
 /*
  * Starts filling <cks>[0..n) (FILLING, no meta yet, consecutive indices of one object) with one
  * upstream range request; the fetch takes a ref on each.
  */
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o);
+void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o);
 /*
  * Starts filling one chunk (FILLING, nothing committed) for a reader that starts at byte <off>
  * of it. When <off> is FETCH_TWO_PART_MIN or more, the chunk is filled in two parts by two
  * upstream requests: one from <off> to the chunk's end, at once (the reader's first byte comes
  * one origin round trip after its request, not after the bytes before it have streamed by),
  * and the head part [0, off) once that request is answered, or as soon as a reader waits for a
- * byte before <off> (fetch_hurry; the chunk's waiters are woken when it becomes two-part, so
+ * byte before <off> (fetch_want; the chunk's waiters are woken when it becomes two-part, so
  * that those who came earlier ask too). So the origin gets the request a reader waits for
  * first, alone, and none for the head part when the first answer fails the chunk. Every byte is
  * still fetched once. Otherwise as fetch_start(&ck, 1, o).
  */
 #define FETCH_TWO_PART_MIN (64 * 1024)
-void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o);
-/*
- * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
- * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads
- * its whole answer, filling every chunk it passes that nobody else has, and neither read-ahead,
- * nor a split, nor a two-part fill asks it for more (each would bring the object from byte 0).
- */
-bool fetch_origin_ignores_ranges(const char *authority);
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o);
 /*
  * A reader waits for byte <off> of <ck>, a chunk being filled: makes it come sooner when it can.
  * - Before the chunk's head part (fetch_start_at) is asked: it is asked now.
@@ -99,10 +90,25 @@ bool fetch_origin_ignores_ranges(const char *authority);
  * still FILLING when it returns, so the reader can wait on it then.
  */
 #define FETCH_SPLIT_GAP 2
-bool fetch_hurry(struct chunk *ck, uint64_t off);
+bool fetch_want(struct chunk *ck, uint64_t off);
+
+/*
+ * A reader reads the object on from <ck> (its current chunk, taken filling) to object byte <end>
+ * (inclusive), for a request to <o> (borrowed); <force> for ?nocache=1. Read-ahead for a cold
+ * object: when <ck> is being filled, starts up to [upstream] readahead parallel fetches (each one
+ * range request for a run of up to CACHE_SPAN_MAX chunks) for the missing chunks after it, up to
+ * <end>, so one download runs at several origin connections' speed; not for ?nocache=1, nor for
+ * an origin that ignores ranges (the fetch running brings the whole object), nor while
+ * FETCH_READAHEAD_MAX_FETCHES fetches or more run. Chunks fetched ahead are stored even if the
+ * reader leaves: another will want them.
+ */
+#define FETCH_READAHEAD_MAX_FETCHES 32
+void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o, bool force);
 
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);
 unsigned fetch_live(void);
+/* The id of the fetch filling <ck> ("fetch#<id>" in the log), 0 when none. */
+unsigned fetch_id_of(const struct chunk *ck);
 
 #endif

@@ -78,5 +78,7 @@ void upstream_resume(struct upstream *up);
 void upstream_cancel(struct upstream **up);
 /* Number of live upstream objects (for leak checks at exit). */
 unsigned upstream_live(void);
+/* Its id, as its log lines show it ("up#<id>"). */
+unsigned upstream_id(const struct upstream *up);
 
 #endif

@@ -5,8 +5,8 @@
  * Chunk lifecycle:
  * | phase           | who moves it there                      | refs held by                  |
  * |-----------------|-----------------------------------------|-------------------------------|
- * | FILLING, no meta| cache_chunk_get() on a miss             | table, fetch, first reader    |
- * | FILLING + meta  | cache_chunk_set_meta() (fetch's head)   | + data allocated in budget    |
+ * | FILLING, no meta| cache_chunk_get() on a miss             | table, fill, first reader     |
+ * | FILLING + meta  | cache_chunk_set_meta() (fill's head)    | + data allocated in budget    |
  * | SEALED (memory) | cache_chunk_seal(): written to disk     | table (+ readers)             |
  * | SEALED (disk)   | cache_chunk_get() found a verified file | readers only (not in table)   |
  * | FAILED          | cache_chunk_failed(): out of the table  | readers until they notice     |
@@ -16,7 +16,7 @@
  * (notify_soon), at most once per callback that changed the chunk, never inside that call.
  * A disk lookup is a FILLING chunk with <loading> set (in the table, so that concurrent readers
  * share it) until the I/O pool answers: then it becomes a sealed disk chunk (out of the table),
- * or the fetch for it starts, as for any miss.
+ * or it goes to the filler (cache_set_filler), which fills it as any miss.
  */
 #include "cache.h"
 
@@ -36,10 +36,11 @@
 #include <ev.h>
 
 #include "config.h"
+#include "cache_int.h"
 #include "diskidx.h"
-#include "fetch.h"
 #include "iopool.h"
 #include "log.h"
+#include "origin.h"
 #include "range.h"
 #include "stats.h"
 #include "util.h"
@@ -104,6 +105,7 @@ struct cache {
     bool closing;               /* cache_free() runs: no new disk work */
     struct shard_state *shards; /* owns, one per dir */
     struct store_job *stores;   /* pending stores (each owned by the pool until done) */
+    struct cache_filler filler; /* where disk misses go (none: they fail) */
     struct cache_stats st;
 };
 
@@ -173,6 +175,12 @@ static void chunk_ref(struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ck->refs++;
+}
+
+struct chunk *cache_chunk_ref(struct chunk *ck)
+{
+    chunk_ref(ck);
+    return ck;
 }
 
 /*
@@ -391,7 +399,7 @@ void cache_chunk_unref(struct chunk **ckp)
             mem_notify(ck->cache);
         return;
     }
-    ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->fetch == NULL);
+    ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);
     chunk_release_mem(ck);
     if (ck->fd >= 0)
         close(ck->fd);
@@ -418,7 +426,7 @@ static struct chunk *chunk_new(struct cache *c, const char *key, size_t key_len,
     return ck;
 }
 
-/* A miss: a FILLING chunk in the table (its ref plus the caller's), for a fetch to fill. */
+/* A miss: a FILLING chunk in the table (its ref plus the caller's), for a fill to start. */
 static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t key_len,
                                        const uint8_t obj[16], uint64_t index)
 {
@@ -763,7 +771,7 @@ static void on_load_work(struct iojob *j)
     load_file(container_of(j, struct load_job, j), true);
 }
 
-/* The chunk stays in FILLING until here; it becomes a sealed disk chunk or a fetch's. */
+/* The chunk stays in FILLING until here; it becomes a sealed disk chunk or the filler's. */
 static void on_load_done(struct iojob *j)
 {
     struct load_job *lj = container_of(j, struct load_job, j);
@@ -778,11 +786,11 @@ static void on_load_done(struct iojob *j)
     } else if (c->closing || (!ck->in_table && ck->refs == 1)) {
         /* Shutting down, or purged/replaced while looked up with no reader left: not fetched
          * (a chunk out of the table would not be stored). */
-        cache_chunk_failed(ck, CHUNK_FAIL_502);
-    } else if (ck->origin != NULL) {
+        cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    } else if (ck->origin != NULL && c->filler.disk_miss != NULL) {
         ck->started_by_fetch = true;
         g_stats.cache_misses++;
-        fetch_start_at(ck, ck->origin_off, ck->origin);
+        c->filler.disk_miss(c->filler.arg, ck, ck->origin_off, ck->origin);
     } else {
         cache_chunk_failed(ck, CHUNK_FAIL_PASS); /* a probe (HEAD): forwarded */
     }
@@ -919,14 +927,14 @@ static void disk_store(struct cache *c, struct chunk *ck)
 
 /* ---- the API ------------------------------------------------------------------------------ */
 
-struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                              uint64_t off, const struct fetch_origin *origin, bool force,
-                              bool *created)
+enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
+                                  uint64_t off, const struct origin_req *origin, bool force,
+                                  struct chunk **out)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
-    *created = false;
+    *out = NULL;
     struct chunk *ck = table_find(c, obj, index);
     if (ck != NULL && (force || ck->state == CHUNK_S_FAILED)) {
         table_remove(c, ck);
@@ -935,19 +943,23 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
     if (ck != NULL) {
         chunk_ref(ck);
         ck->clock_ref = true;
+        *out = ck;
         if (ck->loading) {
             if (origin != NULL && ck->origin == NULL) {
                 /* A probe (HEAD) started the lookup: this reader's request fetches on a miss. */
-                ck->origin = fetch_origin_dup(origin);
+                ck->origin = origin_req_dup(origin);
                 ck->origin_off = off;
-                *created = true;
+                return CACHE_LOOKUP;
             }
-        } else if (ck->state == CHUNK_S_SEALED) {
+            return CACHE_LOADING;
+        }
+        if (ck->state == CHUNK_S_SEALED) {
             g_stats.cache_mem_hits++;
             diskidx_touch(c->didx, obj, index, util_wall_ms()); /* keep its file recent too */
-        } else
-            g_stats.cache_coalesced++; /* joined a fetch in flight */
-        return ck;
+            return CACHE_HIT;
+        }
+        g_stats.cache_coalesced++; /* joined a fetch in flight */
+        return CACHE_JOINED;
     }
     struct load_job *lj =
         !force && disk_may_have(c, obj, index) ? load_job_new(c, key, key_len, obj, index) : NULL;
@@ -957,19 +969,17 @@ struct chunk *cache_chunk_get(struct cache *c, const char *key, size_t key_len, 
         ck->state = CHUNK_S_FILLING;
         table_insert(c, ck);
         if (origin != NULL) {
-            ck->origin = fetch_origin_dup(origin);
+            ck->origin = origin_req_dup(origin);
             ck->origin_off = off;
         }
         disk_load_start(c, ck, lj);
-        *created = true;
-        return ck;
+        *out = ck;
+        return CACHE_LOOKUP;
     }
     if (origin == NULL)
-        return NULL;
-    ck = chunk_new_filling(c, key, key_len, obj, index);
-    *created = true;
-    fetch_start_at(ck, off, origin);
-    return ck;
+        return CACHE_ABSENT;
+    *out = chunk_new_filling(c, key, key_len, obj, index);
+    return CACHE_MISS;
 }
 
 /* Drops the memory chunks of <obj> that are not of version <m> (the origin changed it). */
@@ -1074,6 +1084,7 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         cache_chunk_unref(&dk);
         return NULL;
     }
+    dk->started_by_fetch = ck->started_by_fetch; /* same bytes, same account */
     return dk;
 }
 
@@ -1096,13 +1107,12 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
            stat(path, &sb) == 0;
 }
 
-int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
-                     uint64_t last, const struct fetch_origin *origin)
+size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                        uint64_t last, struct chunk **out)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
-    struct chunk *cks[CACHE_SPAN_MAX];
     size_t n = 0;
     for (uint64_t i = first; i <= last && n < CACHE_SPAN_MAX; i++) {
         struct chunk *old = table_find(c, obj, i);
@@ -1110,15 +1120,10 @@ int cache_fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t 
             break; /* present or in flight: the span stops before it */
         if (old != NULL)
             table_remove(c, old);
-        cks[n++] = chunk_new_filling(c, key, key_len, obj, i);
+        out[n++] = chunk_new_filling(c, key, key_len, obj, i);
     }
-    if (n == 0)
-        return 0;
     g_stats.cache_readahead += n;
-    fetch_start(cks, n, origin);
-    for (size_t i = 0; i < n; i++)
-        cache_chunk_unref(&cks[i]); /* the table and the fetch hold them */
-    return (int)n;
+    return n;
 }
 
 bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len)
@@ -1187,7 +1192,7 @@ void cache_chunk_seal(struct chunk *ck)
     struct cache *c = ck->cache;
     ASSERT(ck->state == CHUNK_S_FILLING && ck->len == ck->cap);
     ck->state = CHUNK_S_SEALED;
-    ck->fetch = NULL;
+    ck->filler = NULL;
     if (ck->in_table) {
         ring_add(c, ck);
         disk_store(c, ck); /* not a chunk purged, replaced or of an old version meanwhile */
@@ -1201,9 +1206,138 @@ void cache_chunk_failed(struct chunk *ck, enum chunk_fail why)
     ASSERT(ck->state == CHUNK_S_FILLING);
     ck->state = CHUNK_S_FAILED;
     ck->fail = why;
-    ck->fetch = NULL;
+    ck->filler = NULL;
     chunk_notify(ck);
     table_remove(ck->cache, ck);
+}
+
+/* ---- accessors ----------------------------------------------------------------------------- */
+
+uint64_t cache_chunk_size(const struct cache *c)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    return c->chunk_size;
+}
+
+void cache_set_filler(struct cache *c, const struct cache_filler *f)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    c->filler = *f;
+}
+
+enum chunk_state cache_chunk_state(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->state;
+}
+
+enum chunk_fail cache_chunk_fail_cause(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->fail;
+}
+
+const struct cache_meta *cache_chunk_meta(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->meta_known ? &ck->meta : NULL;
+}
+
+uint64_t cache_chunk_index(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->index;
+}
+
+uint64_t cache_chunk_cap(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->cap;
+}
+
+uint64_t cache_chunk_len(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->len;
+}
+
+bool cache_chunk_is_loading(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->loading;
+}
+
+bool cache_chunk_is_miss(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->started_by_fetch;
+}
+
+void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes *out)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(off <= ck->cap);
+    if (ck->data != NULL) {
+        out->data = ck->data + off;
+        out->fd = -1;
+        out->file_off = 0;
+    } else {
+        out->data = NULL;
+        out->fd = ck->fd;
+        out->file_off = ck->body_off + (off_t)off;
+    }
+}
+
+struct cache *cache_chunk_cache(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->cache;
+}
+
+const char *cache_chunk_key(const struct chunk *ck, size_t *len)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    *len = ck->key_len;
+    return ck->key;
+}
+
+void *cache_chunk_filler(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->filler;
+}
+
+void cache_chunk_set_filler(struct chunk *ck, void *fill)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(fill == NULL || ck->state == CHUNK_S_FILLING);
+    ck->filler = fill;
+}
+
+void cache_chunk_split_at(struct chunk *ck, uint64_t off)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(ck->state == CHUNK_S_FILLING && ck->len == 0 && off > 0);
+    ck->tail_off = ck->tail_end = off;
+}
+
+void cache_chunk_unsplit(struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(ck->tail_end == ck->tail_off);
+    ck->tail_off = ck->tail_end = 0;
+}
+
+bool cache_chunk_is_split(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->tail_off != 0;
+}
+
+bool cache_chunk_is_reserved(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->data != NULL;
 }
 
 int cache_purge(struct cache *c, const char *key, size_t key_len)

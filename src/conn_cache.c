@@ -24,6 +24,7 @@
 #include "conn_int.h"
 #include "fetch.h"
 #include "log.h"
+#include "origin.h"
 #include "range.h"
 #include "stats.h"
 #include "util.h"
@@ -78,8 +79,8 @@ static const char *processed_by(struct conn *c, size_t *len)
     return c->chain;
 }
 
-/* The origin to fetch from, borrowing the request's strings (fetch_start copies them). */
-static void origin_of(struct conn *c, struct fetch_origin *o)
+/* The origin to fetch from, borrowing the request's strings (whoever keeps them copies them). */
+static void origin_of(struct conn *c, struct origin_req *o)
 {
     const struct h1_field *ua = field(c, "User-Agent");
     memset(o, 0, sizeof(*o));
@@ -110,12 +111,12 @@ static void on_chunk_wake(struct chunk_waiter *w)
     conn_drive(c); /* from the cache's notify timer: nothing of ours is on the stack */
 }
 
-/* Waits for byte <off> of the current chunk, filling: first makes it come sooner if it can. At
- * every wait: the chunk's fetch may not have existed at the last one (a disk lookup), and a
- * chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
+/* Waits for byte <off> of the current chunk, filling: first says so to the fill, which may make
+ * it come sooner. At every wait: the chunk's fetch may not have existed at the last one (a disk
+ * lookup), and a chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
 static void wait_chunk(struct conn *c, uint64_t off)
 {
-    fetch_hurry(c->ck, off);
+    fetch_want(c->ck, off);
     cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake);
 }
 
@@ -123,57 +124,30 @@ static void wait_chunk(struct conn *c, uint64_t off)
  * unless <probe>). */
 static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
 {
-    struct fetch_origin o;
-    bool created = false;
+    struct origin_req o;
     origin_of(c, &o);
     drop_chunk(c);
-    c->ck = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, off, probe ? NULL : &o,
-                            c->force, &created);
-    c->ck_created = created;
+    enum cache_lookup r = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, off,
+                                          probe ? NULL : &o, c->force, &c->ck);
+    if (r == CACHE_MISS)
+        fetch_start_at(c->ck, off, &o); /* the cache never starts a fill: we do */
+    c->ck_created = r == CACHE_MISS || r == CACHE_LOOKUP;
+    if (r == CACHE_MISS || r == CACHE_JOINED)
+        log_debug("conn#%u %s fetch#%u chunk %llu", c->id, r == CACHE_MISS ? "starts" : "joins",
+                  fetch_id_of(c->ck), (unsigned long long)index);
+    else if (r == CACHE_LOOKUP || r == CACHE_LOADING)
+        log_debug("conn#%u waits for the disk lookup of chunk %llu", c->id,
+                  (unsigned long long)index);
     return c->ck != NULL;
 }
 
-/*
- * Read-ahead for a cold object: when the chunk at <idx> is being fetched, start up to
- * [upstream] readahead parallel fetches (each one range request for a run of up to
- * CACHE_SPAN_MAX chunks) for the missing chunks after it, up to the end of what this client
- * wants, so one download runs at several origin connections' speed. Chunks fetched ahead are
- * stored even if this client leaves: another client will want them.
- */
-static void read_ahead(struct conn *c, uint64_t idx)
+/* Tells the fill that this request reads the object on from its current chunk to c->end: it
+ * may fetch ahead (fetch_sequential). */
+static void read_sequential(struct conn *c)
 {
-    uint64_t cs = g_cfg->chunk_size;
-    uint64_t last = c->end / cs;
-    unsigned segs = g_cfg->readahead;
-    if (c->force || last <= idx || segs <= 1 || fetch_origin_ignores_ranges(c->auth.ident))
-        return; /* (an origin without ranges: the fetch running brings the whole object) */
-    /* Only while few fetches run. Many running means many clients on cold data: the origins and
-     * the uplink are busy with what they asked for, and fetching ahead as well would only push
-     * their first bytes back (measured in bench/README), while one or a few clients still get
-     * their downloads multiplied. It also bounds the optional fetches, which outlive their
-     * clients: clients that ask and hang up cannot pile them up. */
-    if (fetch_live() >= CONN_MAX_READAHEAD_FETCHES)
-        return;
-    uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
-    uint64_t wend = last < idx + window ? last : idx + window;
-    uint64_t per = (wend - idx + segs - 1) / segs;
-    if (per > CACHE_SPAN_MAX)
-        per = CACHE_SPAN_MAX;
-    if (per == 0)
-        per = 1;
-    struct fetch_origin o;
+    struct origin_req o;
     origin_of(c, &o);
-    uint64_t i = idx + 1;
-    for (unsigned started = 0; i <= wend && started < segs;) {
-        if (cache_chunk_exists(c->ctx->cache, c->objkey, c->objkey_len, i)) {
-            i++;
-            continue;
-        }
-        uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
-        int n = cache_fetch_span(c->ctx->cache, c->objkey, c->objkey_len, i, j, &o);
-        i += n > 0 ? (uint64_t)n : 1;
-        started++;
-    }
+    fetch_sequential(c->ck, c->end, &o, c->force);
 }
 
 static bool query_has_nocache(const struct conn *c)
@@ -228,7 +202,7 @@ void conn_cache_begin(struct conn *c)
             return;
         }
     } else {
-        uint64_t first = first_byte(c), cs = g_cfg->chunk_size;
+        uint64_t first = first_byte(c), cs = cache_chunk_size(c->ctx->cache);
         get_chunk(c, first / cs, first % cs, false);
         c->first_miss = c->ck_created;
     }
@@ -283,19 +257,21 @@ static bool etag_matches(const char *v, size_t len, const char *etag)
 static bool head_step(struct conn *c)
 {
     struct chunk *ck = c->ck;
-    if (ck->state == CHUNK_S_FAILED || ck->meta_known) /* a disk lookup has become a hit */
-        c->first_miss = c->first_miss && ck->started_by_fetch;
-    if (ck->state == CHUNK_S_FAILED) {
-        enum chunk_fail why = ck->fail;
+    const struct cache_meta *m = cache_chunk_meta(ck);
+    enum chunk_state cst = cache_chunk_state(ck);
+    if (cst == CHUNK_S_FAILED || m != NULL) /* a disk lookup has become a hit */
+        c->first_miss = c->first_miss && cache_chunk_is_miss(ck);
+    if (cst == CHUNK_S_FAILED) {
+        enum chunk_fail why = cache_chunk_fail_cause(ck);
         drop_chunk(c);
         switch (why) {
         case CHUNK_FAIL_PASS:
             conn_forward_begin(c); /* uncacheable answer: forward this request as it is */
             break;
-        case CHUNK_FAIL_403:
+        case CHUNK_FAIL_FORBIDDEN:
             conn_local_response(c, 403, false, NULL);
             break;
-        case CHUNK_FAIL_504:
+        case CHUNK_FAIL_TIMEOUT:
             conn_local_response(c, 504, false, NULL);
             break;
         default:
@@ -304,11 +280,10 @@ static bool head_step(struct conn *c)
         }
         return true;
     }
-    if (!ck->meta_known) {
-        wait_chunk(c, first_byte(c) % g_cfg->chunk_size);
+    if (m == NULL) {
+        wait_chunk(c, first_byte(c) % cache_chunk_size(c->ctx->cache));
         return false;
     }
-    const struct cache_meta *m = &ck->meta;
     struct fwd_cache_head h;
     memset(&h, 0, sizeof(h));
     h.status = 200;
@@ -370,10 +345,10 @@ static bool head_step(struct conn *c)
     }
     c->pos = h.start;
     c->end = h.end;
-    if (ck->index != h.start / g_cfg->chunk_size)
+    if (cache_chunk_index(ck) != h.start / cache_chunk_size(c->ctx->cache))
         drop_chunk(c); /* a suffix range: body_step fetches the right one */
-    else if (ck->state == CHUNK_S_FILLING)
-        read_ahead(c, ck->index);
+    else
+        read_sequential(c);
     conn_set_state(c, CONN_S_CACHE_BODY);
     return true;
 }
@@ -386,35 +361,35 @@ static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
 
 static bool body_step(struct conn *c)
 {
-    uint64_t cs = g_cfg->chunk_size;
+    uint64_t cs = cache_chunk_size(c->ctx->cache);
     uint64_t turn = 0; /* bytes sent in this turn: yield after CONN_SEND_TURN for fairness */
     if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
         return false; /* the head (or earlier bytes) first */
     while (c->pos <= c->end) {
         uint64_t idx = c->pos / cs;
-        if (c->ck == NULL || c->ck->index != idx) {
+        if (c->ck == NULL || cache_chunk_index(c->ck) != idx) {
             get_chunk(c, idx, c->pos - idx * cs, false);
-            c->ra_pending = c->ck->state == CHUNK_S_FILLING;
+            c->ra_pending = cache_chunk_state(c->ck) == CHUNK_S_FILLING;
         }
         struct chunk *ck = c->ck;
-        if (c->ra_pending && !ck->loading) {
+        if (c->ra_pending && !cache_chunk_is_loading(ck)) {
             /* A fill (not a disk lookup, which may still hit): cold here, so fetch its tail of a
              * run now and keep the next chunks coming. */
             c->ra_pending = false;
-            if (ck->state == CHUNK_S_FILLING)
-                read_ahead(c, idx);
+            read_sequential(c);
         }
-        if (ck->state == CHUNK_S_FAILED) {
+        if (cache_chunk_state(ck) == CHUNK_S_FAILED) {
             log_info("conn#%u %s: fetch of chunk %llu failed after the head was sent: closing",
                      c->id, c->peer, (unsigned long long)idx);
             conn_close(c);
             return false;
         }
-        if (!ck->meta_known) {
+        const struct cache_meta *m = cache_chunk_meta(ck);
+        if (m == NULL) {
             wait_chunk(c, c->pos - idx * cs);
             return false;
         }
-        if (!same_version(&ck->meta, &c->sent)) {
+        if (!same_version(m, &c->sent)) {
             log_warn("conn#%u %s: object changed at the origin mid-response: closing", c->id,
                      c->peer);
             conn_close(c);
@@ -422,33 +397,35 @@ static bool body_step(struct conn *c)
         }
         uint64_t cstart = idx * cs;
         uint64_t off = c->pos - cstart;
-        uint64_t stop = c->end + 1 < cstart + ck->cap ? c->end + 1 : cstart + ck->cap;
+        uint64_t cap = cache_chunk_cap(ck);
+        uint64_t stop = c->end + 1 < cstart + cap ? c->end + 1 : cstart + cap;
         uint64_t avail = cache_chunk_avail(ck, off);
         uint64_t want = stop - c->pos;
         size_t n = (size_t)(avail < want ? avail : want);
         if (n == 0) {
-            ASSERT(ck->state == CHUNK_S_FILLING);
+            ASSERT(cache_chunk_state(ck) == CHUNK_S_FILLING);
             wait_chunk(c, off);
             return false;
         }
         ssize_t k;
-        if (ck->data != NULL && n > CONN_SEND_MAX)
+        struct chunk_bytes b;
+        cache_chunk_bytes(ck, off, &b);
+        if (b.data != NULL && n > CONN_SEND_MAX)
             n = CONN_SEND_MAX; /* the rest follows in this turn (see CONN_SEND_MAX) */
         do {
-            if (ck->data != NULL) {
-                k = send(c->fd, ck->data + off, n, MSG_NOSIGNAL);
+            if (b.data != NULL) {
+                k = send(c->fd, b.data, n, MSG_NOSIGNAL);
             } else {
-                off_t fo = ck->body_off + (off_t)off;
-                k = sendfile(c->fd, ck->fd, &fo, n);
+                off_t fo = b.file_off;
+                k = sendfile(c->fd, b.fd, &fo, n);
             }
         } while (k < 0 && errno == EINTR);
         if (k < 0 && errno == EAGAIN) {
             c->blocked_write = true;
             /* A slow client must not pin memory: continue from the stored file. */
-            if (ck->data != NULL && ck->state == CHUNK_S_SEALED) {
+            if (b.data != NULL && cache_chunk_state(ck) == CHUNK_S_SEALED) {
                 struct chunk *dk = cache_chunk_on_disk(c->ctx->cache, ck);
-                if (dk != NULL) {
-                    dk->started_by_fetch = ck->started_by_fetch; /* same bytes, same account */
+                if (dk != NULL) { /* (same bytes, same miss account) */
                     drop_chunk(c);
                     c->ck = dk;
                 }
@@ -463,7 +440,7 @@ static bool body_step(struct conn *c)
         }
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        if (c->ck_created && ck->started_by_fetch)
+        if (c->ck_created && cache_chunk_is_miss(ck))
             g_stats.bytes_miss += (uint64_t)k;
         else
             g_stats.bytes_hit += (uint64_t)k;
@@ -478,7 +455,7 @@ static bool body_step(struct conn *c)
             c->blocked_write = true;
             return false;
         }
-        if (c->pos == cstart + ck->cap)
+        if (c->pos == cstart + cap)
             drop_chunk(c);
     }
     drop_chunk(c);

@@ -25,8 +25,6 @@ struct upstream;
 #define CONN_INBUF (H1_MAX_HEAD + 4096)
 #define CONN_OUTBUF (64 * 1024)
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
-/* Read-ahead only while fewer fetches than this run (all origins): see read_ahead(). */
-#define CONN_MAX_READAHEAD_FETCHES 32
 #define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
 /* Chunk-memory bytes given to one send(). Within one call the kernel queues the data as segments
  * of up to 64 KiB (loopback, TSO) and, after 16 new segments, processes the ACKs that arrived
@@ -109,7 +107,7 @@ struct conn {
     bool force;         /* ?nocache=1: refetch and re-store */
     bool first_miss;    /* this request started the fetch of its first chunk */
     bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
-    bool ck_created;    /* ... and of the current chunk (with started_by_fetch: a miss) */
+    bool ck_created;    /* ... and of the current chunk (with cache_chunk_is_miss: a miss) */
     bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
     char *objkey;       /* owns: "identifier\npath" */
     size_t objkey_len;

@@ -2,12 +2,18 @@
 /*
  * fetch: fills a run of consecutive chunks of one object from the origin. See fetch.h.
  *
- * | phase    | waits for                                  | holds                            |
- * |----------|--------------------------------------------|----------------------------------|
- * | RESOLVE  | the resolver (skipped with an override)    | chunk refs, resolver query       |
- * | UPSTREAM | the response head, then body bytes         | chunk refs, upstream             |
- * | MEMORY   | room for the current chunk (reads paused)  | chunk refs, upstream, mem waiter |
- * | done     | -: every chunk sealed or failed, freed     | -                                |
+ * | state (FETCH_S_) | waits for                                 | holds                         |
+ * |------------------|-------------------------------------------|-------------------------------|
+ * | NEW              | - (made, not routed yet)                  | chunk refs                    |
+ * | RESOLVE          | the resolver (skipped with an override)   | chunk refs, resolver query    |
+ * | WAIT_HEAD        | the response head (connect, send, answer) | chunk refs, upstream          |
+ * | BODY             | body bytes, committed into the chunks     | chunk refs, upstream          |
+ * | MEMORY           | room for the current chunk (reads paused) | + mem waiter, its timer       |
+ * | DRAIN_PASS       | the end of a short uncacheable answer     | chunk refs, upstream          |
+ * | DRAIN_REDIRECT   | the end of a redirect's short body        | chunk refs, upstream, Location|
+ * | DONE             | -: every chunk sealed or failed, freed    | -                             |
+ * fetch_set_state() is the one setter (it checks the transition, see fetch_next_ok); a redirect
+ * goes back to RESOLVE or WAIT_HEAD towards its target, and a resumption to WAIT_HEAD.
  * One upstream request "Range: bytes=a-b" covers the run; its body fills chunk after chunk, each
  * sealed (stored) as soon as it is complete, so readers of later chunks join them while they
  * fill. A connection lost, cut short or stalled mid-body is resumed from the byte reached, up to
@@ -16,14 +22,14 @@
  *
  * A fetch fills object bytes [pos, last]: usually whole chunks, but a chunk whose first reader
  * starts deep inside it (fetch_start_at, fetch_split) is shared by two fetches, the run's from the
- * reader's offset on (ck->fetch) and one of its own for the bytes before it (holding only a ref).
- * The run's fetch holds that head part (head_ck) until its own answer comes, so that the origin
- * sees the request the reader waits for first; it is asked then, or sooner for a reader who
- * wants its bytes (release_head_part, fetch_hurry).
- * Each commits at the end of its part (cache_chunk_commit), the parts join when they meet, and
- * whichever completes the chunk seals it. A part that fails fails the chunk; the other part's
- * fetch then reads its bytes away. The two answers must be the same version (cache_chunk_set_meta
- * refuses another), so a chunk never holds bytes of two versions.
+ * reader's offset on (the chunk's filler, cache_chunk_filler) and one of its own for the bytes
+ * before it (holding only a ref). The run's fetch holds that head part (head_ck) until its own
+ * answer comes, so that the origin sees the request the reader waits for first; it is asked then,
+ * or sooner for a reader who wants its bytes (release_head_part, fetch_want). Each commits at the
+ * end of its part (cache_chunk_commit), the parts join when they meet, and whichever completes the
+ * chunk seals it. A part that fails fails the chunk; the other part's fetch then reads its bytes
+ * away. The two answers must be the same version (cache_chunk_set_meta refuses another), so a chunk
+ * never holds bytes of two versions.
  */
 #include "fetch.h"
 
@@ -39,6 +45,7 @@
 #include "config.h"
 #include "domains.h"
 #include "log.h"
+#include "origin.h"
 #include "range.h"
 #include "resolver.h"
 #include "stats.h"
@@ -48,8 +55,32 @@
 #define FETCH_MAGIC 0xfe7c4001u
 #define FETCH_ATTEMPTS 3 /* resumptions after a failure mid-body */
 
+#define FETCH_STATES(X)                                                                            \
+    X(FETCH_S_NEW)            /* made, not routed yet */                                           \
+    X(FETCH_S_RESOLVE)        /* waiting for the resolver */                                       \
+    X(FETCH_S_WAIT_HEAD)      /* an upstream request runs: waiting for its head */                 \
+    X(FETCH_S_BODY)           /* committing its body into the chunks */                            \
+    X(FETCH_S_MEMORY)         /* body paused until the current chunk gets memory */                \
+    X(FETCH_S_DRAIN_PASS)     /* reading away a short uncacheable answer, then PASS */             \
+    X(FETCH_S_DRAIN_REDIRECT) /* reading away a redirect's short body, then following it */        \
+    X(FETCH_S_DONE)           /* finished: being freed */
+
+enum fetch_state {
+#define FETCH_SX(s) s,
+    FETCH_STATES(FETCH_SX)
+#undef FETCH_SX
+};
+
+static const char *const fetch_state_names[] = {
+#define FETCH_SN(s) #s + 8,
+    FETCH_STATES(FETCH_SN)
+#undef FETCH_SN
+};
+
 struct fetch {
     unsigned magic;
+    unsigned id;
+    enum fetch_state state;
     struct fetch *next, **pprev;       /* all live fetches */
     struct chunk *cks[CACHE_SPAN_MAX]; /* refs, consecutive indices */
     size_t n;                          /* chunks in the run (trimmed to the object's end) */
@@ -66,11 +97,10 @@ struct fetch {
     struct upstream *up;       /* owns while fetching */
     uint64_t skip;             /* body bytes to drop first (200 answer to a range) */
     bool whole_object;         /* the origin ignored our Range */
-    bool discard;              /* uncacheable answer: drain its short body, keep the socket */
     bool resumed;              /* this attempt continues an earlier one */
     unsigned attempts;
     unsigned hops;          /* redirects followed */
-    char *location;         /* owns: a redirect to follow once its body is drained */
+    char *location;         /* owns: a redirect to follow (DRAIN_REDIRECT: once drained) */
     char *ua;               /* owns: the first reader's User-Agent (redirect checks) */
     char *processed_by;     /* owns: the X-LanCache-Processed-By chain received */
     struct cache_meta meta; /* as first answered (resumptions must match) */
@@ -93,6 +123,46 @@ struct fetch {
 static struct fetch_ctx *fctx;
 static struct fetch *fetches;
 static unsigned n_fetches;
+static unsigned fetch_next_id;
+
+/* Whether a fetch may go from state <from> to <to>. */
+static bool fetch_next_ok(enum fetch_state from, enum fetch_state to)
+{
+    if (to == FETCH_S_DONE)
+        return from != FETCH_S_DONE;
+    switch (from) {
+    case FETCH_S_NEW:
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_RESOLVE:
+        return to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_WAIT_HEAD: /* (a redirect followed at once, or a resumption asked again) */
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD || to == FETCH_S_BODY ||
+               to == FETCH_S_DRAIN_PASS || to == FETCH_S_DRAIN_REDIRECT;
+    case FETCH_S_BODY:
+        return to == FETCH_S_MEMORY || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_MEMORY:
+        return to == FETCH_S_BODY || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_DRAIN_PASS:
+        return false;
+    case FETCH_S_DRAIN_REDIRECT:
+        return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_DONE:
+        return false;
+    }
+    return false;
+}
+
+/* The one setter of f->state. Leaving MEMORY ends its wait and the timer that bounds it. */
+static void fetch_set_state(struct fetch *f, enum fetch_state st)
+{
+    log_debug("fetch#%u %s -> %s", f->id, fetch_state_names[f->state], fetch_state_names[st]);
+    ASSERT(fetch_next_ok(f->state, st));
+    if (f->state == FETCH_S_MEMORY) {
+        cache_chunk_unwait(&f->memw);
+        ev_timer_stop(fctx->loop, &f->memt);
+    }
+    f->state = st;
+}
 
 /*
  * Origins seen answering a range request with the whole object (200): remembered for
@@ -115,8 +185,10 @@ static int norange_find(const char *authority)
     return -1;
 }
 
-static void norange_note(const char *authority, bool none)
+/* What fetch <f>'s answer showed of its origin (f->authority): <none>, no range support. */
+static void norange_note(const struct fetch *f, bool none)
 {
+    const char *authority = f->authority;
     int i = norange_find(authority);
     if (!none) {
         if (i >= 0)
@@ -131,20 +203,40 @@ static void norange_note(const char *authority, bool none)
         if (strlen(authority) >= sizeof(norange[i].authority))
             return;
         strcpy(norange[i].authority, authority);
-        log_info("fetch %s: the origin ignores Range: whole answers from now on", authority);
+        log_info("fetch#%u %s: the origin ignores Range: whole answers from now on", f->id,
+                 authority);
     }
     norange[i].until = ev_now(fctx->loop) + NORANGE_TTL;
 }
 
-bool fetch_origin_ignores_ranges(const char *authority)
+/*
+ * Whether the origin <authority> ("host[:port]" as in Host) was seen answering a range request
+ * with the whole object (200) within the last hour and not with a 206 since: then a fetch reads
+ * its whole answer, filling every chunk it passes that nobody else has, and neither read-ahead,
+ * nor a split, nor a two-part fill asks it for more (each would bring the object from byte 0).
+ */
+static bool origin_ignores_ranges(const char *authority)
 {
     int i = norange_find(authority);
     return i >= 0 && norange[i].until > ev_now(fctx->loop);
 }
 
+/* The cache's filler: a disk lookup found nothing usable, fill the chunk as any miss. */
+static void on_disk_miss(void *arg, struct chunk *ck, uint64_t off, const struct origin_req *o)
+{
+    (void)arg;
+    fetch_start_at(ck, off, o);
+    log_debug("fetch#%u starts chunk %llu after a disk miss", fetch_id_of(ck),
+              (unsigned long long)cache_chunk_index(ck));
+}
+
 void fetch_module_init(struct fetch_ctx *ctx)
 {
     fctx = ctx;
+    if (ctx->cache != NULL) {
+        struct cache_filler filler = {on_disk_miss, NULL};
+        cache_set_filler(ctx->cache, &filler);
+    }
 }
 
 unsigned fetch_live(void)
@@ -152,16 +244,29 @@ unsigned fetch_live(void)
     return n_fetches;
 }
 
+unsigned fetch_id_of(const struct chunk *ck)
+{
+    const struct fetch *f = cache_chunk_filler(ck);
+    return f != NULL ? f->id : 0;
+}
+
+/* The chunk size, from the cache (its one source). */
+static uint64_t chunk_size(const struct chunk *ck)
+{
+    return cache_chunk_size(cache_chunk_cache(ck));
+}
+
 static uint64_t chunk_start(const struct chunk *ck)
 {
-    return ck->index * g_cfg->chunk_size;
+    return cache_chunk_index(ck) * chunk_size(ck);
 }
 
 /* Where this fetch's part of the current chunk ends (exclusive, object offset); the object's
  * length is known (from this fetch's own answer) whenever body bytes arrive. */
 static uint64_t part_end(const struct fetch *f)
 {
-    uint64_t end = chunk_start(f->cks[f->cur]) + g_cfg->chunk_size;
+    const struct chunk *ck = f->cks[f->cur];
+    uint64_t end = chunk_start(ck) + chunk_size(ck);
     if (end > f->meta.total)
         end = f->meta.total;
     return end < f->last + 1 ? end : f->last + 1;
@@ -172,10 +277,10 @@ static uint64_t part_end(const struct fetch *f)
 static void next_chunk(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (ck->state == CHUNK_S_FILLING && ck->len == ck->cap)
+    if (cache_chunk_state(ck) == CHUNK_S_FILLING && cache_chunk_len(ck) == cache_chunk_cap(ck))
         cache_chunk_seal(ck); /* stored now, so that readers and later fetches need not wait */
-    if (ck->fetch == f)
-        ck->fetch = NULL;
+    if (cache_chunk_filler(ck) == f)
+        cache_chunk_set_filler(ck, NULL);
     cache_chunk_unref(&f->cks[f->cur]);
     f->cur++;
 }
@@ -214,8 +319,8 @@ static bool part_is_past_end(const struct fetch *f)
     uint64_t start = chunk_start(ck);
     if (f->pos == start)
         return false; /* the whole chunk is this fetch's */
-    if (ck->meta_known)
-        return f->pos >= start + ck->cap;
+    if (cache_chunk_meta(ck) != NULL)
+        return f->pos >= start + cache_chunk_cap(ck);
     return f->past_end;
 }
 
@@ -228,17 +333,19 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         struct chunk *ck = f->cks[i];
         if (ck == NULL)
             continue;
-        if (ck->state == CHUNK_S_FILLING && !(i == f->cur && part_is_past_end(f))) {
-            if (why == CHUNK_FAIL_NONE && ck->meta_known && ck->len == ck->cap)
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING && !(i == f->cur && part_is_past_end(f))) {
+            if (why == CHUNK_FAIL_NONE && cache_chunk_meta(ck) != NULL &&
+                cache_chunk_len(ck) == cache_chunk_cap(ck))
                 cache_chunk_seal(ck);
             else /* this fetch's part is missing (the other part's fetch sees it fail) */
-                cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_502 : why);
+                cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_ORIGIN : why);
         }
-        if (ck->fetch == f)
-            ck->fetch = NULL;
+        if (cache_chunk_filler(ck) == f)
+            cache_chunk_set_filler(ck, NULL);
         cache_chunk_unref(&f->cks[i]);
     }
     release_head_part(f); /* asked now, or finished when our end failed the chunk */
+    fetch_set_state(f, FETCH_S_DONE);
     fetch_free(f);
 }
 
@@ -255,10 +362,10 @@ static void header_value(const char *buf, const struct h1_resp *resp, const char
 
 static void fetch_connect(struct fetch *f);
 static void fetch_route(struct fetch *f, bool host_is_ip);
-static bool two_part(uint64_t off);
+static bool two_part(const struct chunk *ck, uint64_t off);
 static void extend_run(struct fetch *f);
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route);
-static void build_head(struct fetch *f, const struct fetch_origin *o);
+static void build_head(struct fetch *f, const struct origin_req *o);
 static void on_mem(struct chunk_waiter *w);
 
 /*
@@ -294,7 +401,7 @@ static bool follow_redirect(struct fetch *f)
         !g_cfg->allow_unlisted)
         return false;
     size_t plen = strcspn(path, "#");
-    struct fetch_origin o;
+    struct origin_req o;
     memset(&o, 0, sizeof(o));
     o.host = auth.host;
     o.host_is_ip = auth.is_ip;
@@ -306,8 +413,8 @@ static bool follow_redirect(struct fetch *f)
     o.ua_len = f->ua ? strlen(f->ua) : 0;
     o.processed_by = f->processed_by;
     o.processed_by_len = f->processed_by ? strlen(f->processed_by) : 0;
-    log_info("fetch %s: redirected to http://%s%.*s (hop %u)", f->host, auth.ident, (int)plen, path,
-             f->hops);
+    log_info("fetch#%u %s: redirected to http://%s%.*s (hop %u)", f->id, f->host, auth.ident,
+             (int)plen, path, f->hops);
     free(f->req_pre);
     free(f->req_post);
     free(f->host);
@@ -326,14 +433,16 @@ static bool follow_redirect(struct fetch *f)
 static bool reserve_current(struct fetch *f)
 {
     struct chunk *ck = f->cks[f->cur];
-    if (ck->data != NULL || ck->state != CHUNK_S_FILLING)
-        return true; /* (failed by its other part's fetch meanwhile: sink_body reads it away) */
-    if (cache_chunk_reserve(ck) == 0) {
-        ev_timer_stop(fctx->loop, &f->memt);
+    /* (Reserved by its other part's fetch, or failed by it meanwhile: sink_body reads it away.) */
+    if (cache_chunk_is_reserved(ck) || cache_chunk_state(ck) != CHUNK_S_FILLING ||
+        cache_chunk_reserve(ck) == 0) {
+        if (f->state == FETCH_S_MEMORY)
+            fetch_set_state(f, FETCH_S_BODY);
         return true;
     }
-    cache_mem_wait(ck->cache, &f->memw, on_mem);
-    if (!ev_is_active(&f->memt)) {
+    cache_mem_wait(cache_chunk_cache(ck), &f->memw, on_mem);
+    if (f->state != FETCH_S_MEMORY) {
+        fetch_set_state(f, FETCH_S_MEMORY);
         ev_timer_set(&f->memt, (double)g_cfg->read_timeout_ms / 1000.0, 0.);
         ev_timer_start(fctx->loop, &f->memt);
     }
@@ -348,7 +457,7 @@ static void on_mem_timeout(struct ev_loop *loop, ev_timer *t, int revents)
     (void)revents;
     struct fetch *f = container_of(t, struct fetch, memt);
     CHECK_OBJ(f, FETCH_MAGIC);
-    log_warn("fetch %s: no cache memory for %llu ms: giving this fill up", f->host,
+    log_warn("fetch#%u %s: no cache memory for %llu ms: giving this fill up", f->id, f->host,
              (unsigned long long)g_cfg->read_timeout_ms);
     g_stats.fetch_failed++;
     upstream_cancel(&f->up);
@@ -371,7 +480,7 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
     f->meta_known = true;
     size_t keep = f->n;
     for (size_t i = 0; i < f->n; i++) {
-        if (f->cks[i]->state != CHUNK_S_FILLING)
+        if (cache_chunk_state(f->cks[i]) != CHUNK_S_FILLING)
             continue; /* failed by its other part's fetch: sink_body reads our part away */
         int rc = cache_chunk_set_meta(f->cks[i], m);
         if (rc < 0) {
@@ -379,9 +488,9 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
                 return rc;
             if (keep == f->n)
                 keep = i;
-            cache_chunk_failed(f->cks[i], CHUNK_FAIL_502);
-            if (f->cks[i]->fetch == f)
-                f->cks[i]->fetch = NULL;
+            cache_chunk_failed(f->cks[i], CHUNK_FAIL_ORIGIN);
+            if (cache_chunk_filler(f->cks[i]) == f)
+                cache_chunk_set_filler(f->cks[i], NULL);
             cache_chunk_unref(&f->cks[i]);
         }
     }
@@ -417,8 +526,8 @@ static void note_past_end(struct fetch *f, const char *buf, const struct h1_resp
     if (f->pos == start || f->pos < total || total <= start)
         return;
     f->past_end = true;
-    if (ck->state == CHUNK_S_FILLING && !ck->meta_known)
-        ck->tail_off = ck->tail_end = 0; /* the other part fills it to its end */
+    if (cache_chunk_state(ck) == CHUNK_S_FILLING && cache_chunk_meta(ck) == NULL)
+        cache_chunk_unsplit(ck); /* the other part fills it to its end */
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
@@ -440,19 +549,20 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         if (cr == NULL || resp->framing != H1_BODY_LENGTH ||
             range_parse_content_range(buf + cr->value.off, cr->value.len, &a, &b, &total) !=
                 RANGE_OK) {
-            log_info("fetch %s: 206 without a usable Content-Range: not cached", f->host);
+            log_info("fetch#%u %s: 206 without a usable Content-Range: not cached", f->id, f->host);
             goto pass;
         }
         /* What was asked: the run may have been split since (fetch_split), the answer not. */
         uint64_t want_end = f->req_end < total - 1 ? f->req_end : total - 1;
         if (a != pos || b != want_end || resp->content_length != b - a + 1) {
-            log_info("fetch %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->host,
-                     (unsigned long long)a, (unsigned long long)b, (unsigned long long)total,
-                     (unsigned long long)pos, (unsigned long long)want_end);
+            log_info("fetch#%u %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->id,
+                     f->host, (unsigned long long)a, (unsigned long long)b,
+                     (unsigned long long)total, (unsigned long long)pos,
+                     (unsigned long long)want_end);
             goto fail;
         }
         m.total = total;
-        norange_note(f->authority, false);
+        norange_note(f, false);
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
                resp->content_length > pos) {
         /* No range support: the whole object comes; our part of it, and every chunk after it
@@ -460,12 +570,14 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->whole_object = true;
         f->skip = pos;
         m.total = resp->content_length;
-        norange_note(f->authority, true);
+        norange_note(f, true);
         if (f->key == NULL) {
             const struct chunk *ck = f->cks[f->cur];
-            f->cache = ck->cache;
-            f->key = xstrndup(ck->key, ck->key_len);
-            f->key_len = ck->key_len;
+            size_t key_len;
+            const char *key = cache_chunk_key(ck, &key_len);
+            f->cache = cache_chunk_cache(ck);
+            f->key = xstrndup(key, key_len);
+            f->key_len = key_len;
         }
     } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
                                resp->status == 307 || resp->status == 308)) {
@@ -474,14 +586,14 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         if (loc[0] == '\0')
             goto pass;
         if (++f->hops > FETCH_MAX_REDIRECTS) {
-            log_info("fetch %s: more than %d redirects", f->host, FETCH_MAX_REDIRECTS);
+            log_info("fetch#%u %s: more than %d redirects", f->id, f->host, FETCH_MAX_REDIRECTS);
             goto fail;
         }
         free(f->location);
         f->location = xstrdup(loc);
         if (resp->framing == H1_BODY_NONE ||
             (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
-            f->discard = true; /* followed once the short body is read away */
+            fetch_set_state(f, FETCH_S_DRAIN_REDIRECT); /* followed once its body is read away */
             return;
         }
         upstream_cancel(&f->up);
@@ -489,7 +601,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     } else if (f->resumed) {
-        log_info("fetch %s: resumption answered %d: giving up", f->host, resp->status);
+        log_info("fetch#%u %s: resumption answered %d: giving up", f->id, f->host, resp->status);
         goto fail;
     } else {
         if (resp->status == 416)
@@ -499,16 +611,18 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     if (f->resumed) {
         /* Continue only with the very same object (length and validators). */
         if (!same_version(&m, &f->meta)) {
-            log_info("fetch %s: object changed while resuming: giving up", f->host);
+            log_info("fetch#%u %s: object changed while resuming: giving up", f->id, f->host);
             goto fail;
         }
+        fetch_set_state(f, FETCH_S_BODY);
         return;
     }
+    fetch_set_state(f, FETCH_S_BODY);
     int rc = apply_meta(f, &m);
     if (rc == 0 && f->whole_object)
         extend_run(f);
     if (rc == -EFBIG) {
-        log_info("fetch %s: object of %llu bytes: too large to cache, forwarded", f->host,
+        log_info("fetch#%u %s: object of %llu bytes: too large to cache, forwarded", f->id, f->host,
                  (unsigned long long)m.total);
         upstream_cancel(&f->up);
         fetch_finish(f, CHUNK_FAIL_PASS);
@@ -522,7 +636,7 @@ pass:
     if (resp->framing == H1_BODY_NONE ||
         (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
         /* A short error page: read it away so that the connection can be reused. */
-        f->discard = true;
+        fetch_set_state(f, FETCH_S_DRAIN_PASS);
         return;
     }
     upstream_cancel(&f->up);
@@ -530,7 +644,7 @@ pass:
     return;
 fail:
     upstream_cancel(&f->up);
-    fetch_finish(f, CHUNK_FAIL_502);
+    fetch_finish(f, CHUNK_FAIL_ORIGIN);
 }
 
 /*
@@ -541,8 +655,10 @@ fail:
  */
 static void extend_run(struct fetch *f)
 {
-    uint64_t cs = g_cfg->chunk_size;
-    if (f->key == NULL || !f->meta_known || (f->last + 1) % cs != 0)
+    if (f->key == NULL || !f->meta_known)
+        return;
+    uint64_t cs = cache_chunk_size(f->cache);
+    if ((f->last + 1) % cs != 0)
         return;
     if (f->cur > 0) { /* the chunks done are NULL: keep the rest at the front */
         size_t left = f->n - f->cur;
@@ -559,11 +675,11 @@ static void extend_run(struct fetch *f)
         if (ck == NULL)
             break;
         if (cache_chunk_set_meta(ck, &f->meta) < 0) {
-            cache_chunk_failed(ck, CHUNK_FAIL_502);
+            cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
             cache_chunk_unref(&ck);
             break;
         }
-        ck->fetch = f;
+        cache_chunk_set_filler(ck, f);
         f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
         f->next_index++;
         f->last = start + cs - 1;
@@ -574,7 +690,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->discard)
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT)
         return len;
     size_t taken = 0;
     while (taken < len) {
@@ -596,14 +712,14 @@ static size_t sink_body(void *arg, const char *data, size_t len)
         size_t n = len - taken;
         if (n > end - f->pos)
             n = (size_t)(end - f->pos);
-        if (ck->state == CHUNK_S_FILLING) {
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING) {
             if (!cache_chunk_fits(ck, f->pos - cstart, n)) {
                 /* Only when its other part's fetch moved it under us (an object that ends
                  * before this part): never write where we were not asked to. */
-                log_info("fetch %s: chunk %llu no longer takes bytes at %llu", f->host,
-                         (unsigned long long)ck->index, (unsigned long long)f->pos);
+                log_info("fetch#%u %s: chunk %llu no longer takes bytes at %llu", f->id, f->host,
+                         (unsigned long long)cache_chunk_index(ck), (unsigned long long)f->pos);
                 upstream_cancel(&f->up);
-                fetch_finish(f, CHUNK_FAIL_502);
+                fetch_finish(f, CHUNK_FAIL_ORIGIN);
                 return len;
             }
             if (!reserve_current(f))
@@ -640,12 +756,12 @@ static void sink_done(void *arg, enum up_err err)
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->up = NULL;
-    if (f->discard && f->location != NULL) {
+    if (f->state == FETCH_S_DRAIN_REDIRECT) {
         if (!follow_redirect(f))
             fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
-    if (f->discard) {
+    if (f->state == FETCH_S_DRAIN_PASS) {
         fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
@@ -659,18 +775,18 @@ static void sink_done(void *arg, enum up_err err)
         f->attempts++;
         f->resumed = true;
         g_stats.fetch_resumed++;
-        log_info("fetch %s: %s at byte %llu: resuming (attempt %u)", f->host,
+        log_info("fetch#%u %s: %s at byte %llu: resuming (attempt %u)", f->id, f->host,
                  err == UP_OK ? "short body" : upstream_strerror(err), (unsigned long long)f->pos,
                  f->attempts);
         fetch_connect(f);
         return;
     }
-    enum chunk_fail why = CHUNK_FAIL_502;
+    enum chunk_fail why = CHUNK_FAIL_ORIGIN;
     if (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT ||
         err == UP_ERR_READ_TIMEOUT)
-        why = CHUNK_FAIL_504;
-    log_info("fetch %s chunk %llu: %s", f->host,
-             (unsigned long long)(f->cur < f->n ? f->cks[f->cur]->index : 0),
+        why = CHUNK_FAIL_TIMEOUT;
+    log_info("fetch#%u %s chunk %llu: %s", f->id, f->host,
+             (unsigned long long)(f->cur < f->n ? cache_chunk_index(f->cks[f->cur]) : 0),
              err == UP_OK ? "short body" : upstream_strerror(err));
     g_stats.fetch_failed++;
     fetch_finish(f, why);
@@ -692,8 +808,10 @@ static void fetch_connect(struct fetch *f)
     ur.head = head;
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
-    f->discard = false;
+    fetch_set_state(f, FETCH_S_WAIT_HEAD);
     f->up = upstream_start(fctx->loop, fctx->upool, &ur, &fetch_sink, f);
+    log_debug("fetch#%u up#%u: bytes %llu-%llu", f->id, upstream_id(f->up),
+              (unsigned long long)f->pos, (unsigned long long)f->last);
     free(head); /* upstream_start copied it */
 }
 
@@ -703,8 +821,8 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
     if (err != 0) {
-        log_info("fetch: cannot resolve %s: %s", f->host, strerror(-err));
-        fetch_finish(f, CHUNK_FAIL_502);
+        log_info("fetch#%u: cannot resolve %s: %s", f->id, f->host, strerror(-err));
+        fetch_finish(f, CHUNK_FAIL_ORIGIN);
         return;
     }
     const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
@@ -714,15 +832,15 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
         fetch_connect(f);
         return;
     }
-    log_info("fetch: %s resolves to a private address: refused", f->host);
+    log_info("fetch#%u: %s resolves to a private address: refused", f->id, f->host);
     g_stats.forbidden++;
     /* A redirect's target failing the checks is not followed: the client gets the redirect
      * itself, uncached (docs/interfaces.md, "Requests to origins"). */
-    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
+    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_FORBIDDEN);
 }
 
 /* The request head around its Range field: request line and Host before, the rest after. */
-static void build_head(struct fetch *f, const struct fetch_origin *o)
+static void build_head(struct fetch *f, const struct origin_req *o)
 {
     size_t cap = o->path_len + strlen(o->authority) + 64;
     f->req_pre = xmalloc(cap);
@@ -743,6 +861,7 @@ static struct fetch *fetch_alloc(void)
 {
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
+    f->id = ++fetch_next_id;
     ev_init(&f->memt, on_mem_timeout);
     f->next = fetches;
     if (fetches)
@@ -754,51 +873,18 @@ static struct fetch *fetch_alloc(void)
     return f;
 }
 
-struct fetch_origin *fetch_origin_dup(const struct fetch_origin *o)
-{
-    size_t host_len = strlen(o->host) + 1, auth_len = strlen(o->authority) + 1;
-    size_t ua_len = o->user_agent != NULL ? o->ua_len + 1 : 0;
-    size_t pb_len = o->processed_by != NULL ? o->processed_by_len + 1 : 0;
-    struct fetch_origin *d =
-        xmalloc(sizeof(*d) + host_len + auth_len + o->path_len + 1 + ua_len + pb_len);
-    char *p = (char *)(d + 1);
-    *d = *o;
-    d->host = memcpy(p, o->host, host_len);
-    p += host_len;
-    d->authority = memcpy(p, o->authority, auth_len);
-    p += auth_len;
-    memcpy(p, o->path, o->path_len);
-    p[o->path_len] = '\0';
-    d->path = p;
-    p += o->path_len + 1;
-    if (o->user_agent != NULL) {
-        memcpy(p, o->user_agent, o->ua_len);
-        p[o->ua_len] = '\0';
-        d->user_agent = p;
-        p += ua_len;
-    }
-    if (o->processed_by != NULL) {
-        memcpy(p, o->processed_by, o->processed_by_len);
-        p[o->processed_by_len] = '\0';
-        d->processed_by = p;
-    }
-    return d;
-}
-
 /* A fetch of <cks>[0..n) from object byte <pos> to <last>, not started. */
 static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint64_t last,
-                               const struct fetch_origin *o)
+                               const struct origin_req *o)
 {
     ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = fetch_alloc();
-    for (size_t i = 0; i < n; i++) {
-        f->cks[i] = cks[i];
-        cks[i]->refs++;
-    }
+    for (size_t i = 0; i < n; i++)
+        f->cks[i] = cache_chunk_ref(cks[i]);
     f->n = n;
     f->pos = pos;
     f->last = last;
-    f->next_index = cks[n - 1]->index + 1;
+    f->next_index = cache_chunk_index(cks[n - 1]) + 1;
     f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
     f->port = o->port;
@@ -811,13 +897,32 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     return f;
 }
 
-void fetch_start(struct chunk **cks, size_t n, const struct fetch_origin *o)
+void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
 {
-    uint64_t cs = g_cfg->chunk_size;
-    struct fetch *f = fetch_new(cks, n, cks[0]->index * cs, cks[n - 1]->index * cs + cs - 1, o);
+    uint64_t cs = chunk_size(cks[0]);
+    struct fetch *f = fetch_new(cks, n, chunk_start(cks[0]), chunk_start(cks[n - 1]) + cs - 1, o);
     for (size_t i = 0; i < n; i++)
-        cks[i]->fetch = f;
+        cache_chunk_set_filler(cks[i], f);
     fetch_route(f, o->host_is_ip);
+}
+
+/*
+ * Read-ahead: one fetch for the missing chunks <first>..<last> of object <key> (at most
+ * CACHE_SPAN_MAX, stopping before the first chunk already in memory or in flight): one upstream
+ * range request whose bytes fill the chunks in order, each joinable while it fills. Returns how
+ * many chunks the fetch covers (0 if <first> is present).
+ */
+static int fetch_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
+                      uint64_t last, const struct origin_req *o)
+{
+    struct chunk *cks[CACHE_SPAN_MAX];
+    size_t n = cache_chunk_span(c, key, key_len, first, last, cks);
+    if (n == 0)
+        return 0;
+    fetch_start(cks, n, o);
+    for (size_t i = 0; i < n; i++)
+        cache_chunk_unref(&cks[i]); /* the table and the fetch hold them */
+    return (int)n;
 }
 
 /* A new fetch of the same object from the same origin as <src> (no chunks yet). */
@@ -847,10 +952,10 @@ static void fetch_go_like(struct fetch *f, const struct fetch *src)
     }
 }
 
-/* Whether a reader starting at <off> inside a chunk gets a two-part fill (see fetch.h). */
-static bool two_part(uint64_t off)
+/* Whether a reader starting at <off> inside <ck> gets a two-part fill (see fetch.h). */
+static bool two_part(const struct chunk *ck, uint64_t off)
 {
-    return off >= FETCH_TWO_PART_MIN && off < g_cfg->chunk_size;
+    return off >= FETCH_TWO_PART_MIN && off < chunk_size(ck);
 }
 
 /* Makes <ck> a two-part chunk: <g> fills [off, ...) and asks for the head part [0, off) later,
@@ -858,15 +963,14 @@ static bool two_part(uint64_t off)
  * routed) failed at once. */
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route)
 {
-    if (ck->state != CHUNK_S_FILLING)
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING)
         return;
-    ck->tail_off = ck->tail_end = off;
-    g->head_ck = ck;
-    ck->refs++;
+    cache_chunk_split_at(ck, off);
+    g->head_ck = cache_chunk_ref(ck);
     g->head_off = off;
     g_stats.fetch_two_part++;
     /* Readers may already wait on <ck> (a disk lookup, a run that could not be cut then): they
-     * waited before there was a head part to ask, so let them look again (fetch_hurry). */
+     * waited before there was a head part to ask, so let them look again (fetch_want). */
     cache_chunk_poke(ck);
     if (route)
         fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
@@ -875,7 +979,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
 /*
  * The head part of <g>'s two-part chunk, if not asked yet: asked now, of the origin g asks (the
  * one a redirect led g to), once g is answered (sink_head), when g ends (fetch_finish) or for a
- * reader waiting for it (fetch_hurry). Not when the chunk failed meanwhile: then nothing is left
+ * reader waiting for it (fetch_want). Not when the chunk failed meanwhile: then nothing is left
  * to fill.
  */
 static void release_head_part(struct fetch *g)
@@ -884,7 +988,7 @@ static void release_head_part(struct fetch *g)
     if (ck == NULL)
         return;
     g->head_ck = NULL;
-    if (ck->state != CHUNK_S_FILLING) {
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING) {
         cache_chunk_unref(&ck);
         return;
     }
@@ -894,21 +998,21 @@ static void release_head_part(struct fetch *g)
     h->n = 1;
     h->pos = start;
     h->last = start + g->head_off - 1;
-    h->next_index = ck->index + 1;
+    h->next_index = cache_chunk_index(ck) + 1;
     /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
     h->hops = g->hops - (g->location != NULL ? 1 : 0);
     fetch_go_like(h, g);
 }
 
-void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o)
+void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
 {
-    if (!two_part(off) || fetch_origin_ignores_ranges(o->authority)) {
+    if (!two_part(ck, off) || origin_ignores_ranges(o->authority)) {
         fetch_start(&ck, 1, o);
         return;
     }
     uint64_t start = chunk_start(ck);
-    struct fetch *g = fetch_new(&ck, 1, start + off, start + g_cfg->chunk_size - 1, o);
-    ck->fetch = g;
+    struct fetch *g = fetch_new(&ck, 1, start + off, start + chunk_size(ck) - 1, o);
+    cache_chunk_set_filler(ck, g);
     start_head_part(ck, off, g, true);
 }
 
@@ -924,21 +1028,22 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
         fetch_connect(f);
     } else if (host_is_ip) {
         if (resolver_literal(f->host, f->port, &f->addr) < 0) {
-            fetch_finish(f, CHUNK_FAIL_502);
+            fetch_finish(f, CHUNK_FAIL_ORIGIN);
             return;
         }
         f->have_addr = true;
         fetch_connect(f);
     } else {
+        fetch_set_state(f, FETCH_S_RESOLVE);
         f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
     }
 }
 
 static bool fetch_split(struct chunk *ck, uint64_t off)
 {
-    struct fetch *f = ck->fetch;
-    if (f == NULL || f->discard || f->location != NULL || f->whole_object ||
-        fetch_origin_ignores_ranges(f->authority))
+    struct fetch *f = cache_chunk_filler(ck);
+    if (f == NULL || f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT ||
+        f->whole_object || origin_ignores_ranges(f->authority))
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     size_t k = f->cur;
@@ -950,22 +1055,23 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     size_t gap = f->flowing ? FETCH_SPLIT_GAP : 1;
     if (k >= f->n || k < f->cur + gap)
         return false; /* not in this run, or the fill reaches it soon enough */
-    if (ev_is_active(&f->memt))
+    if (f->state == FETCH_S_MEMORY)
         return false; /* waiting for memory: a new request could only wait for it too */
     struct fetch *g = fetch_sibling(f);
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];
-        f->cks[i]->fetch = g;
+        cache_chunk_set_filler(f->cks[i], g);
         f->cks[i] = NULL;
     }
     g->n = f->n - k;
     f->n = k; /* the old request's answer is cut there: see sink_body */
-    bool tp = two_part(off) && !(ck->meta_known && off >= ck->cap); /* (not past the end) */
+    bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
+                                     off >= cache_chunk_cap(ck)); /* (not past the end) */
     g->pos = chunk_start(ck) + (tp ? off : 0);
     g->last = f->last;
     g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
-    f->next_index = ck->index;
+    f->next_index = cache_chunk_index(ck);
     g_stats.fetch_split++;
     fetch_go_like(g, f);
     if (tp)
@@ -973,19 +1079,58 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     return true;
 }
 
-bool fetch_hurry(struct chunk *ck, uint64_t off)
+void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o, bool force)
 {
-    struct fetch *f = ck->fetch;
-    if (f == NULL || ck->state != CHUNK_S_FILLING)
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING)
+        return; /* (a hit, or a fill that has already failed) */
+    struct cache *c = cache_chunk_cache(ck);
+    uint64_t cs = cache_chunk_size(c), idx = cache_chunk_index(ck);
+    uint64_t last = end / cs;
+    unsigned segs = g_cfg->readahead;
+    if (force || last <= idx || segs <= 1 || origin_ignores_ranges(o->authority))
+        return; /* (an origin without ranges: the fetch running brings the whole object) */
+    /* Only while few fetches run. Many running means many clients on cold data: the origins and
+     * the uplink are busy with what they asked for, and fetching ahead as well would only push
+     * their first bytes back (measured in bench/README), while one or a few clients still get
+     * their downloads multiplied. It also bounds the optional fetches, which outlive their
+     * clients: clients that ask and hang up cannot pile them up. */
+    if (fetch_live() >= FETCH_READAHEAD_MAX_FETCHES)
+        return;
+    size_t key_len;
+    const char *key = cache_chunk_key(ck, &key_len);
+    uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
+    uint64_t wend = last < idx + window ? last : idx + window;
+    uint64_t per = (wend - idx + segs - 1) / segs;
+    if (per > CACHE_SPAN_MAX)
+        per = CACHE_SPAN_MAX;
+    if (per == 0)
+        per = 1;
+    uint64_t i = idx + 1;
+    for (unsigned started = 0; i <= wend && started < segs;) {
+        if (cache_chunk_exists(c, key, key_len, i)) {
+            i++;
+            continue;
+        }
+        uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
+        int n = fetch_span(c, key, key_len, i, j, o);
+        i += n > 0 ? (uint64_t)n : 1;
+        started++;
+    }
+}
+
+bool fetch_want(struct chunk *ck, uint64_t off)
+{
+    struct fetch *f = cache_chunk_filler(ck);
+    if (f == NULL || cache_chunk_state(ck) != CHUNK_S_FILLING)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     if (f->head_ck == ck && off < f->head_off) {
-        if (f->discard && f->location == NULL && !f->past_end)
+        if (f->state == FETCH_S_DRAIN_PASS && !f->past_end)
             return false; /* its answer fails the chunk once read away: nothing to ask */
         release_head_part(f);
         return true;
     }
-    if (ck->len == 0 && ck->tail_off == 0)
+    if (cache_chunk_len(ck) == 0 && !cache_chunk_is_split(ck))
         return fetch_split(ck, off);
     return false;
 }
@@ -993,5 +1138,5 @@ bool fetch_hurry(struct chunk *ck, uint64_t off)
 void fetch_cancel_all(void)
 {
     while (fetches != NULL)
-        fetch_finish(fetches, CHUNK_FAIL_502);
+        fetch_finish(fetches, CHUNK_FAIL_ORIGIN);
 }

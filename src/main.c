@@ -443,6 +443,7 @@ int main(int argc, char **argv)
     fctx.has_override = ctx.has_override;
     fctx.override_addr = ctx.override_addr;
     fctx.domains = &g_domains;
+    fctx.cache = ctx.cache;
     fetch_module_init(&fctx);
     conn_module_init(&ctx);
     if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {

@@ -108,6 +108,11 @@ unsigned upstream_live(void)
     return up_live;
 }
 
+unsigned upstream_id(const struct upstream *up)
+{
+    return up->id;
+}
+
 static void up_set_state(struct upstream *up, enum up_state st)
 {
     log_debug("up#%u %s: %s -> %s", up->id, up->origin ? upool_origin_name(up->origin) : "-",

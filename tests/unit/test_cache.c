@@ -1,0 +1,685 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_cache: the chunk cache (memory table, budget, disk tier, versions, purge) driven through
+ * its own API and a fake filler only: no origin, no fetch. The fake filler records every disk
+ * miss handed to it and takes the chunk as a real fill would (a ref, its handle); the tests then
+ * fill chunks with the filler API (meta, reserve, commit, seal) the way fetch.c does. A real
+ * libev loop runs the cache's notify event and the I/O pool's completions; every test uses a
+ * fresh temporary cache dir and ends with no chunk alive.
+ */
+#include "cache.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <ev.h>
+
+#include "cache_int.h"
+#include "chunkfile.h"
+#include "config.h"
+#include "log.h"
+#include "origin.h"
+#include "stats.h"
+#include "util.h"
+
+#define CS 4096u /* chunk size */
+#define KEY "steam\n/depot/1/chunk/abc"
+#define KEY_LEN (sizeof(KEY) - 1)
+#define MAX_MISSES 16
+
+/* ---- the fake filler ---- */
+
+struct miss {
+    struct chunk *ck; /* ref, as a fill holds */
+    uint64_t index, off;
+    char host[64];
+};
+
+struct fake_filler {
+    struct miss misses[MAX_MISSES];
+    size_t n;
+};
+
+static void fake_disk_miss(void *arg, struct chunk *ck, uint64_t off, const struct origin_req *o)
+{
+    struct fake_filler *ff = arg;
+    assert_true(ff->n < MAX_MISSES);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FILLING);
+    assert_null(cache_chunk_filler(ck));
+    struct miss *m = &ff->misses[ff->n++];
+    m->ck = cache_chunk_ref(ck);
+    cache_chunk_set_filler(ck, ff);
+    m->index = cache_chunk_index(ck);
+    m->off = off;
+    snprintf(m->host, sizeof(m->host), "%s", o->host);
+}
+
+/* ---- fixture ---- */
+
+struct fx {
+    struct ev_loop *loop;
+    ev_timer tick; /* keeps the loop turning while the I/O pool works */
+    char dir[64];
+    struct config cfg;
+    struct cache *cache;
+    struct fake_filler ff;
+};
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static void cache_open(struct fx *f)
+{
+    char err[256];
+    memset(&g_stats, 0, sizeof(g_stats)); /* the counters of this cache instance */
+    f->cache = cache_new(f->loop, &f->cfg, err, sizeof(err));
+    if (f->cache == NULL)
+        fail_msg("cache_new: %s", err);
+    struct cache_filler filler = {fake_disk_miss, &f->ff};
+    cache_set_filler(f->cache, &filler);
+    /* Once the disk index has scanned the dir, it knows which chunks have files. */
+    for (int it = 0; it < 1000; it++) {
+        struct cache_stats st;
+        cache_get_stats(f->cache, &st);
+        if (st.disk_scan_done)
+            return;
+        ev_run(f->loop, EVRUN_ONCE);
+    }
+    fail_msg("the disk scan never finished");
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = xcalloc(1, sizeof(*f));
+    g_log_level = CFG_LOG_ERROR;
+    f->loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(f->loop);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/test_cache.XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    f->cfg.dirs[0] = f->dir;
+    f->cfg.n_dirs = 1;
+    f->cfg.chunk_size = CS;
+    f->cfg.memory_size = 4 * CS;
+    f->cfg.disk_size = 1ull << 30;
+    f->cfg.min_free = 0;
+    f->cfg.max_age_ms = 1ull << 40;
+    ev_timer_init(&f->tick, on_tick, 0.01, 0.01);
+    ev_timer_start(f->loop, &f->tick);
+    cache_open(f);
+    *state = f;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void drop_misses(struct fx *f)
+{
+    for (size_t i = 0; i < f->ff.n; i++) {
+        struct chunk *ck = f->ff.misses[i].ck;
+        if (ck == NULL)
+            continue;
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING)
+            cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+        cache_chunk_unref(&f->ff.misses[i].ck);
+    }
+    f->ff.n = 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    drop_misses(f);
+    for (int i = 0; i < 2; i++)
+        ev_run(f->loop, EVRUN_NOWAIT);
+    cache_free(&f->cache);
+    assert_int_equal(cache_live_chunks(), 0);
+    ev_timer_stop(f->loop, &f->tick);
+    ev_loop_destroy(f->loop);
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+#define RUN_UNTIL(f, cond)                                                                         \
+    do {                                                                                           \
+        for (int it_ = 0; !(cond) && it_ < 1000; it_++)                                            \
+            ev_run((f)->loop, EVRUN_ONCE);                                                         \
+        if (!(cond))                                                                               \
+            fail_msg("loop never reached: %s", #cond);                                             \
+    } while (0)
+
+static struct cache_stats stats(struct fx *f)
+{
+    struct cache_stats st;
+    cache_get_stats(f->cache, &st);
+    return st;
+}
+
+/* Closes the cache (pending stores finish) and opens a new one on the same dir: nothing in
+ * memory, no version remembered, the files kept. */
+static void restart(struct fx *f)
+{
+    drop_misses(f);
+    cache_free(&f->cache);
+    assert_int_equal(cache_live_chunks(), 0);
+    cache_open(f);
+}
+
+static const struct origin_req origin = {
+    .host = "origin.test",
+    .port = 80,
+    .authority = "origin.test",
+    .path = "/depot/1/chunk/abc",
+    .path_len = 18,
+};
+
+static struct cache_meta meta_of(uint64_t total, const char *etag)
+{
+    struct cache_meta m;
+    memset(&m, 0, sizeof(m));
+    m.total = total;
+    snprintf(m.etag, sizeof(m.etag), "%s", etag);
+    snprintf(m.content_type, sizeof(m.content_type), "application/octet-stream");
+    return m;
+}
+
+static char byte_at(uint64_t obj_off, const char *etag)
+{
+    return (char)('a' + (obj_off * 7 + (unsigned char)etag[2]) % 26);
+}
+
+/* Fills <ck> (FILLING) as a fill would: meta, memory, bytes, seal. */
+static void fill(struct chunk *ck, const struct cache_meta *m)
+{
+    assert_int_equal(cache_chunk_set_meta(ck, m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    uint64_t cap = cache_chunk_cap(ck), start = cache_chunk_index(ck) * CS;
+    char buf[CS];
+    for (uint64_t i = 0; i < cap; i++)
+        buf[i] = byte_at(start + i, m->etag);
+    cache_chunk_commit(ck, 0, buf, (size_t)cap);
+    cache_chunk_seal(ck);
+}
+
+/* A MISS for chunk <index>, filled with version <m> and let go of (the table keeps it). */
+static void store_chunk(struct fx *f, uint64_t index, const struct cache_meta *m)
+{
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
+                     CACHE_MISS);
+    fill(ck, m);
+    cache_chunk_unref(&ck);
+}
+
+static void wait_stores(struct fx *f)
+{
+    RUN_UNTIL(f, stats(f).io_pending == 0);
+}
+
+/* Whether the bytes of <ck> (sealed) are those of version <etag>, read through the API. */
+static void assert_bytes(const struct chunk *ck, const char *etag)
+{
+    uint64_t cap = cache_chunk_cap(ck), start = cache_chunk_index(ck) * CS;
+    assert_int_equal(cache_chunk_avail(ck, 0), cap);
+    struct chunk_bytes b;
+    cache_chunk_bytes(ck, 0, &b);
+    char buf[CS];
+    const char *p = b.data;
+    if (p == NULL) {
+        assert_true(b.fd >= 0);
+        assert_int_equal(pread(b.fd, buf, (size_t)cap, b.file_off), (ssize_t)cap);
+        p = buf;
+    }
+    for (uint64_t i = 0; i < cap; i++)
+        assert_int_equal(p[i], byte_at(start + i, etag));
+}
+
+static void chunk_file(struct fx *f, uint64_t index, char *path, size_t cap)
+{
+    uint8_t obj[16];
+    cache_obj_hash(KEY, KEY_LEN, obj);
+    assert_int_equal(chunkfile_path(path, cap, f->dir, obj, index), 0);
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* ---- lookups ---- */
+
+static void test_a_miss_is_a_new_filling_chunk_that_the_caller_fills(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    assert_non_null(ck);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FILLING);
+    assert_true(cache_chunk_is_miss(ck));
+    assert_null(cache_chunk_meta(ck));
+    assert_null(cache_chunk_filler(ck));
+    assert_int_equal(f->ff.n, 0); /* the cache never starts a fill itself */
+    assert_int_equal(g_stats.cache_misses, 1);
+    cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck);
+}
+
+static void test_a_sealed_chunk_in_memory_is_a_hit_with_its_bytes(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(3 * CS + 100, "\"v1\"");
+    store_chunk(f, 3, &m);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 3, 0, &origin, false, &ck), CACHE_HIT);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_SEALED);
+    assert_int_equal(cache_chunk_cap(ck), 100); /* the last chunk is shorter */
+    assert_string_equal(cache_chunk_meta(ck)->etag, "\"v1\"");
+    assert_bytes(ck, "\"v1\"");
+    assert_int_equal(g_stats.cache_mem_hits, 1);
+    assert_int_equal(f->ff.n, 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_probe_of_an_absent_chunk_gives_no_chunk(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &ck), CACHE_ABSENT);
+    assert_null(ck);
+}
+
+struct reader {
+    struct chunk_waiter w;
+    int woken;
+};
+
+static void on_reader_wake(struct chunk_waiter *w)
+{
+    container_of(w, struct reader, w)->woken++;
+}
+
+static void test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL, *ck2 = NULL;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck2),
+                     CACHE_JOINED);
+    assert_ptr_equal(ck, ck2);
+    assert_int_equal(g_stats.cache_coalesced, 1);
+    struct reader r = {0};
+    cache_chunk_wait(ck2, &r.w, on_reader_wake);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(r.woken, 0); /* never from inside the call that changed it */
+    RUN_UNTIL(f, r.woken == 1);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char half[CS / 2];
+    memset(half, 'x', sizeof(half));
+    cache_chunk_wait(ck2, &r.w, on_reader_wake);
+    cache_chunk_commit(ck, 0, half, sizeof(half));
+    RUN_UNTIL(f, r.woken == 2);
+    assert_int_equal(cache_chunk_avail(ck2, 0), CS / 2);
+    assert_int_equal(cache_chunk_avail(ck2, CS / 2), 0);
+    cache_chunk_unwait(&r.w);
+    cache_chunk_failed(ck, CHUNK_FAIL_TIMEOUT);
+    assert_int_equal(cache_chunk_state(ck2), CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck2), CHUNK_FAIL_TIMEOUT);
+    cache_chunk_unref(&ck);
+    cache_chunk_unref(&ck2);
+}
+
+static void test_a_two_part_chunk_takes_both_parts_and_joins_them(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    cache_chunk_split_at(ck, CS / 2);
+    assert_true(cache_chunk_is_split(ck));
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char buf[CS];
+    memset(buf, 't', sizeof(buf));
+    assert_false(cache_chunk_fits(ck, 0, CS / 2 + 1)); /* the head part stops at the tail */
+    assert_true(cache_chunk_fits(ck, CS / 2, CS / 2));
+    cache_chunk_commit(ck, CS / 2, buf, CS / 2);
+    assert_int_equal(cache_chunk_avail(ck, CS / 2), CS / 2);
+    assert_int_equal(cache_chunk_avail(ck, 0), 0);
+    cache_chunk_commit(ck, 0, buf, CS / 2);
+    assert_false(cache_chunk_is_split(ck)); /* the parts met */
+    assert_int_equal(cache_chunk_len(ck), CS);
+    cache_chunk_seal(ck);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+/* ---- the disk tier ---- */
+
+static void test_many_readers_share_one_disk_lookup(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    store_chunk(f, 1, &m);
+    wait_stores(f);
+    assert_int_equal(g_stats.cache_disk_writes, 1);
+    restart(f);
+    struct chunk *cks[3] = {NULL};
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, &origin, false, &cks[0]),
+                     CACHE_LOOKUP);
+    assert_true(cache_chunk_is_loading(cks[0]));
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, &origin, false, &cks[i]),
+                         CACHE_LOADING);
+        assert_ptr_equal(cks[i], cks[0]);
+    }
+    struct reader r = {0};
+    cache_chunk_wait(cks[2], &r.w, on_reader_wake);
+    RUN_UNTIL(f, cache_chunk_state(cks[0]) == CHUNK_S_SEALED && r.woken == 1);
+    assert_false(cache_chunk_is_loading(cks[0]));
+    assert_false(cache_chunk_is_miss(cks[0]));
+    assert_int_equal(g_stats.cache_disk_hits, 1);
+    assert_int_equal(g_stats.cache_misses, 0);
+    assert_int_equal(f->ff.n, 0);
+    assert_bytes(cks[1], "\"v1\""); /* from the file */
+    for (int i = 0; i < 3; i++)
+        cache_chunk_unref(&cks[i]);
+}
+
+static void test_a_damaged_file_is_a_disk_miss_handed_to_the_filler(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    wait_stores(f);
+    restart(f);
+    char path[PATH_MAX];
+    chunk_file(f, 0, path, sizeof(path));
+    FILE *fp = fopen(path, "r+");
+    assert_non_null(fp);
+    fseek(fp, -10, SEEK_END);
+    fputc('#', fp);
+    fclose(fp);
+    struct chunk *ck = NULL, *probe = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 777, &origin, false, &ck),
+                     CACHE_LOOKUP);
+    assert_int_equal(f->ff.n, 0); /* only once the I/O pool has answered */
+    RUN_UNTIL(f, f->ff.n == 1);
+    assert_ptr_equal(f->ff.misses[0].ck, ck);
+    assert_int_equal(f->ff.misses[0].index, 0);
+    assert_int_equal(f->ff.misses[0].off, 777);
+    assert_string_equal(f->ff.misses[0].host, "origin.test");
+    assert_true(cache_chunk_is_miss(ck));
+    assert_int_equal(g_stats.cache_integrity_failures, 1);
+    assert_int_equal(g_stats.cache_misses, 1);
+    assert_false(file_exists(path));
+    /* The filler's chunk is joinable while it fills. */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &probe),
+                     CACHE_JOINED);
+    cache_chunk_unref(&probe);
+    fill(ck, &m);
+    cache_chunk_set_filler(ck, NULL);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_probe_that_misses_on_disk_fails_to_be_forwarded(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    wait_stores(f);
+    restart(f);
+    char path[PATH_MAX];
+    chunk_file(f, 0, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    struct chunk *ck = NULL;
+    /* The disk index still lists the file: looked up, found missing. */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &ck), CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(ck) == CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck), CHUNK_FAIL_PASS);
+    assert_int_equal(f->ff.n, 0);
+    cache_chunk_unref(&ck);
+}
+
+/* ---- memory ---- */
+
+static void test_eviction_never_takes_a_chunk_with_readers(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(8 * CS, "\"v1\"");
+    for (uint64_t i = 0; i < 4; i++)
+        store_chunk(f, i, &m);
+    wait_stores(f); /* (a store holds a ref too) */
+    struct chunk *held = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &held),
+                     CACHE_HIT);
+    /* Four more chunks: each needs one evicted; never chunk 0, which a reader holds. */
+    for (uint64_t i = 4; i < 8; i++) {
+        store_chunk(f, i, &m);
+        wait_stores(f);
+    }
+    assert_int_equal(g_stats.cache_evictions, 4);
+    assert_int_equal(stats(f).mem_bytes, 4 * CS);
+    struct chunk *again = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &again),
+                     CACHE_HIT);
+    assert_ptr_equal(again, held);
+    assert_bytes(held, "\"v1\"");
+    cache_chunk_unref(&again);
+    cache_chunk_unref(&held);
+    wait_stores(f);
+}
+
+struct memw {
+    struct chunk_waiter w;
+    int woken;
+};
+
+static void on_mem(struct chunk_waiter *w)
+{
+    container_of(w, struct memw, w)->woken++;
+}
+
+static void test_a_fill_waits_for_memory_until_a_reader_lets_go(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(8 * CS, "\"v1\"");
+    struct chunk *held[4] = {NULL};
+    for (uint64_t i = 0; i < 4; i++) {
+        store_chunk(f, i, &m);
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, i, 0, &origin, false, &held[i]),
+                         CACHE_HIT);
+    }
+    wait_stores(f);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 4, 0, &origin, true, &ck), CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), -ENOMEM); /* every chunk in memory is read */
+    assert_false(cache_chunk_is_reserved(ck));
+    struct memw w = {0};
+    cache_mem_wait(f->cache, &w.w, on_mem);
+    ev_run(f->loop, EVRUN_NOWAIT);
+    assert_int_equal(w.woken, 0);
+    cache_chunk_unref(&held[2]); /* now only the table holds it: evictable */
+    assert_int_equal(w.woken, 0);
+    RUN_UNTIL(f, w.woken == 1);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    assert_true(cache_chunk_is_reserved(ck));
+    assert_int_equal(g_stats.cache_evictions, 1);
+    cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck);
+    for (int i = 0; i < 4; i++)
+        cache_chunk_unref(&held[i]);
+}
+
+/* ---- versions ---- */
+
+static void test_a_fill_of_a_new_version_replaces_the_old_ones_chunks(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(2 * CS, "\"v1\""), v2 = meta_of(2 * CS, "\"v2\"");
+    store_chunk(f, 0, &v1);
+    wait_stores(f);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, &origin, true, &ck), CACHE_MISS);
+    fill(ck, &v2); /* the origin answered another version */
+    cache_chunk_unref(&ck);
+    /* A fill still running for v1 may not claim chunks any more. */
+    assert_null(cache_chunk_claim(f->cache, KEY, KEY_LEN, 5, &v1));
+    /* Chunk 0 of v1 left memory; its file is another version: deleted, and a disk miss. */
+    struct chunk *old = NULL;
+    enum cache_lookup r = cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &old);
+    assert_int_not_equal(r, CACHE_HIT);
+    assert_int_equal(r, CACHE_LOOKUP);
+    RUN_UNTIL(f, f->ff.n == 1);
+    assert_ptr_equal(f->ff.misses[0].ck, old);
+    char path[PATH_MAX];
+    chunk_file(f, 0, path, sizeof(path));
+    assert_false(file_exists(path));
+    cache_chunk_unref(&old);
+    wait_stores(f);
+}
+
+static void test_a_file_of_another_version_than_the_objects_is_a_miss(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(2 * CS, "\"v1\""), v2 = meta_of(2 * CS, "\"v2\"");
+    store_chunk(f, 0, &v1);
+    wait_stores(f);
+    restart(f); /* no version remembered: the file alone says v1 */
+    store_chunk(f, 1, &v2);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, f->ff.n == 1);
+    assert_ptr_equal(f->ff.misses[0].ck, ck);
+    assert_int_equal(g_stats.cache_disk_hits, 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_set_meta_refuses_a_second_part_of_another_version(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(CS, "\"v1\""), v2 = meta_of(CS, "\"v2\"");
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    cache_chunk_split_at(ck, CS / 2);
+    assert_int_equal(cache_chunk_set_meta(ck, &v1), 0);
+    assert_int_equal(cache_chunk_set_meta(ck, &v2), -ESTALE);
+    assert_int_equal(cache_chunk_set_meta(ck, &v1), 0);
+    cache_chunk_failed(ck, CHUNK_FAIL_CHANGED);
+    cache_chunk_unref(&ck);
+}
+
+/* ---- purge ---- */
+
+/* The purge comes right after the seals: each store may be queued, writing, or done by then;
+ * in every order no chunk file is left afterwards. */
+static void test_a_purge_wins_over_stores_still_pending(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(3 * CS, "\"v1\"");
+    for (uint64_t i = 0; i < 3; i++)
+        store_chunk(f, i, &m); /* each submits a store to the I/O pool */
+    int n = cache_purge(f->cache, KEY, KEY_LEN);
+    assert_true(n >= 0 && n <= 3); /* files of the stores that were done */
+    wait_stores(f);
+    for (uint64_t i = 0; i < 3; i++) {
+        char path[PATH_MAX];
+        chunk_file(f, i, path, sizeof(path));
+        assert_false(file_exists(path)); /* no store put its file back */
+    }
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &ck), CACHE_ABSENT);
+    assert_null(ck);
+    assert_int_equal(f->ff.n, 0);
+}
+
+static void test_readers_of_a_purged_chunk_keep_it(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *again = NULL;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    wait_stores(f);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck), CACHE_HIT);
+    assert_int_equal(cache_purge(f->cache, KEY, KEY_LEN), 1); /* its file */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &again),
+                     CACHE_ABSENT);
+    assert_bytes(ck, "\"v1\"");
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+/* ---- read-ahead spans ---- */
+
+static void test_a_span_stops_before_a_chunk_in_flight(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *busy = NULL, *cks[CACHE_SPAN_MAX];
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 3, 0, &origin, true, &busy),
+                     CACHE_MISS);
+    size_t n = cache_chunk_span(f->cache, KEY, KEY_LEN, 1, 10, cks);
+    assert_int_equal(n, 2); /* chunks 1 and 2 */
+    assert_int_equal(cache_chunk_index(cks[0]), 1);
+    assert_int_equal(cache_chunk_index(cks[1]), 2);
+    assert_int_equal(g_stats.cache_readahead, 2);
+    assert_int_equal(cache_chunk_span(f->cache, KEY, KEY_LEN, 3, 10, cks + 2), 0);
+    for (size_t i = 0; i < n; i++) {
+        cache_chunk_failed(cks[i], CHUNK_FAIL_ORIGIN);
+        cache_chunk_unref(&cks[i]);
+    }
+    cache_chunk_failed(busy, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&busy);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+        T(test_a_miss_is_a_new_filling_chunk_that_the_caller_fills),
+        T(test_a_sealed_chunk_in_memory_is_a_hit_with_its_bytes),
+        T(test_a_probe_of_an_absent_chunk_gives_no_chunk),
+        T(test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes),
+        T(test_a_two_part_chunk_takes_both_parts_and_joins_them),
+        T(test_many_readers_share_one_disk_lookup),
+        T(test_a_damaged_file_is_a_disk_miss_handed_to_the_filler),
+        T(test_a_probe_that_misses_on_disk_fails_to_be_forwarded),
+        T(test_eviction_never_takes_a_chunk_with_readers),
+        T(test_a_fill_waits_for_memory_until_a_reader_lets_go),
+        T(test_a_fill_of_a_new_version_replaces_the_old_ones_chunks),
+        T(test_a_file_of_another_version_than_the_objects_is_a_miss),
+        T(test_set_meta_refuses_a_second_part_of_another_version),
+        T(test_a_purge_wins_over_stores_still_pending),
+        T(test_readers_of_a_purged_chunk_keep_it),
+        T(test_a_span_stops_before_a_chunk_in_flight),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,759 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_fetch: the fill module (fetch.c) on a real libev loop, filling a real cache (temporary
+ * dir) from a scripted origin: a loopback listening socket served by threads written here
+ * (blocking sockets, one thread per connection, keep-alive), which records every request's path
+ * and Range and answers as the test's script says (206 ranges, the whole object to a Range,
+ * an answer cut short once, a redirect, a close without answer, an error page). The tests start
+ * fills the way the client path does (a lookup's MISS, fetch_start_at, fetch_want,
+ * fetch_sequential) and assert on the bytes committed into the chunks and on what the origin was
+ * asked. Every test ends with no fetch, upstream or chunk alive.
+ */
+#include "fetch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <ev.h>
+
+#include "cache.h"
+#include "config.h"
+#include "log.h"
+#include "origin.h"
+#include "stats.h"
+#include "upool.h"
+#include "upstream.h"
+#include "util.h"
+
+#define CS (256u * 1024u) /* chunk size: above FETCH_TWO_PART_MIN, so two-part fills happen */
+#define MAX_REQS 64
+#define MAX_CONNS 64
+
+/* ---- the scripted origin ---- */
+
+enum script {
+    SCRIPT_RANGES,   /* 206 for every Range (416 past the end) */
+    SCRIPT_NORANGE,  /* 200 with the whole object, whatever the Range */
+    SCRIPT_CUT_ONCE, /* the first answer stops after <cut> body bytes (closed); then ranges */
+    SCRIPT_REDIRECT, /* "/r" answers 302 to "/obj" (empty body); then ranges */
+    SCRIPT_CLOSE,    /* every connection closed without an answer */
+    SCRIPT_404,      /* a short error page */
+    SCRIPT_STALL,    /* requests read, never answered */
+};
+
+struct req_rec {
+    char path[64];
+    uint64_t a, b; /* the Range asked (b as asked: may lie past the end) */
+    bool has_range;
+};
+
+struct origin_srv {
+    int lfd;
+    struct sockaddr_in addr;
+    pthread_t acceptor;
+    pthread_mutex_t mu;
+    enum script script;
+    uint64_t total; /* the object's length */
+    uint64_t cut;   /* SCRIPT_CUT_ONCE: body bytes sent before the cut */
+    bool cut_done;
+    struct req_rec reqs[MAX_REQS];
+    int n_reqs;
+    pthread_t conns[MAX_CONNS];
+    int n_conns;
+};
+
+/* Byte <off> of the object. */
+static char obj_byte(uint64_t off)
+{
+    return (char)('A' + (off * 13 + off / 251) % 53);
+}
+
+static bool write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        p += k;
+        len -= (size_t)k;
+    }
+    return true;
+}
+
+static bool write_body(int fd, uint64_t a, uint64_t n)
+{
+    char buf[64 * 1024];
+    while (n > 0) {
+        size_t k = n < sizeof(buf) ? (size_t)n : sizeof(buf);
+        for (size_t i = 0; i < k; i++)
+            buf[i] = obj_byte(a + i);
+        if (!write_all(fd, buf, k))
+            return false;
+        a += k;
+        n -= k;
+    }
+    return true;
+}
+
+/* Reads one request head into <buf>; false at EOF or error. */
+static bool read_head(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    while (len + 1 < cap) {
+        ssize_t k = read(fd, buf + len, 1); /* byte by byte: no pipelining to keep apart */
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        len += (size_t)k;
+        buf[len] = '\0';
+        if (len >= 4 && memcmp(buf + len - 4, "\r\n\r\n", 4) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void parse_req(const char *head, struct req_rec *r)
+{
+    memset(r, 0, sizeof(*r));
+    const char *sp = strchr(head, ' ');
+    if (sp != NULL) {
+        size_t n = strcspn(sp + 1, " ");
+        if (n >= sizeof(r->path))
+            n = sizeof(r->path) - 1;
+        memcpy(r->path, sp + 1, n);
+    }
+    for (const char *l = strstr(head, "\r\n"); l != NULL; l = strstr(l + 2, "\r\n")) {
+        unsigned long long a, b;
+        if (strncasecmp(l + 2, "Range: bytes=", 13) == 0 &&
+            sscanf(l + 15, "%llu-%llu", &a, &b) == 2) {
+            r->a = a;
+            r->b = b;
+            r->has_range = true;
+        }
+    }
+}
+
+static bool answer(struct origin_srv *s, int fd, const struct req_rec *r)
+{
+    char head[512];
+    pthread_mutex_lock(&s->mu);
+    enum script sc = s->script;
+    bool cut = sc == SCRIPT_CUT_ONCE && !s->cut_done;
+    if (cut)
+        s->cut_done = true;
+    pthread_mutex_unlock(&s->mu);
+    if (sc == SCRIPT_CLOSE)
+        return false;
+    if (sc == SCRIPT_STALL)
+        return true; /* until the client hangs up */
+    if (sc == SCRIPT_404) {
+        const char *resp = "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found";
+        return write_all(fd, resp, strlen(resp));
+    }
+    if (sc == SCRIPT_REDIRECT && strcmp(r->path, "/r") == 0) {
+        const char *resp = "HTTP/1.1 302 Found\r\nLocation: /obj\r\nContent-Length: 0\r\n\r\n";
+        return write_all(fd, resp, strlen(resp));
+    }
+    if (sc == SCRIPT_NORANGE || !r->has_range) {
+        int n = snprintf(head, sizeof(head),
+                         "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nETag: \"e1\"\r\n"
+                         "Content-Type: application/octet-stream\r\n\r\n",
+                         (unsigned long long)s->total);
+        return write_all(fd, head, (size_t)n) && write_body(fd, 0, s->total);
+    }
+    if (r->a >= s->total) {
+        int n = snprintf(head, sizeof(head),
+                         "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */%llu\r\n"
+                         "Content-Length: 0\r\n\r\n",
+                         (unsigned long long)s->total);
+        return write_all(fd, head, (size_t)n);
+    }
+    uint64_t b = r->b < s->total - 1 ? r->b : s->total - 1;
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 206 Partial Content\r\nContent-Length: %llu\r\n"
+                     "Content-Range: bytes %llu-%llu/%llu\r\nETag: \"e1\"\r\n"
+                     "Content-Type: application/octet-stream\r\n\r\n",
+                     (unsigned long long)(b - r->a + 1), (unsigned long long)r->a,
+                     (unsigned long long)b, (unsigned long long)s->total);
+    if (!write_all(fd, head, (size_t)n))
+        return false;
+    if (cut) {
+        (void)write_body(fd, r->a, s->cut);
+        return false; /* closed there */
+    }
+    return write_body(fd, r->a, b - r->a + 1);
+}
+
+struct conn_arg {
+    struct origin_srv *s;
+    int fd;
+};
+
+static void *conn_thread(void *p)
+{
+    struct conn_arg *ca = p;
+    struct origin_srv *s = ca->s;
+    int fd = ca->fd;
+    free(ca);
+    char head[4096];
+    while (read_head(fd, head, sizeof(head))) {
+        struct req_rec r;
+        parse_req(head, &r);
+        pthread_mutex_lock(&s->mu);
+        if (s->n_reqs < MAX_REQS)
+            s->reqs[s->n_reqs++] = r;
+        pthread_mutex_unlock(&s->mu);
+        if (!answer(s, fd, &r))
+            break;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void *accept_thread(void *p)
+{
+    struct origin_srv *s = p;
+    for (;;) {
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            return NULL; /* shut down */
+        }
+        struct conn_arg *ca = xmalloc(sizeof(*ca));
+        ca->s = s;
+        ca->fd = fd;
+        pthread_mutex_lock(&s->mu);
+        assert_true(s->n_conns < MAX_CONNS);
+        int rc = pthread_create(&s->conns[s->n_conns++], NULL, conn_thread, ca);
+        pthread_mutex_unlock(&s->mu);
+        assert_int_equal(rc, 0);
+    }
+}
+
+static void srv_start(struct origin_srv *s)
+{
+    pthread_mutex_init(&s->mu, NULL);
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(s->lfd >= 0);
+    s->addr.sin_family = AF_INET;
+    s->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(s->lfd, (struct sockaddr *)&s->addr, sizeof(s->addr)), 0);
+    socklen_t alen = sizeof(s->addr);
+    assert_int_equal(getsockname(s->lfd, (struct sockaddr *)&s->addr, &alen), 0);
+    assert_int_equal(listen(s->lfd, 64), 0);
+    assert_int_equal(pthread_create(&s->acceptor, NULL, accept_thread, s), 0);
+}
+
+/* After the pool closed its sockets: every connection thread sees EOF and ends. */
+static void srv_stop(struct origin_srv *s)
+{
+    shutdown(s->lfd, SHUT_RDWR);
+    pthread_join(s->acceptor, NULL);
+    close(s->lfd);
+    for (int i = 0; i < s->n_conns; i++)
+        pthread_join(s->conns[i], NULL);
+    pthread_mutex_destroy(&s->mu);
+}
+
+static void srv_script(struct origin_srv *s, enum script sc, uint64_t total)
+{
+    pthread_mutex_lock(&s->mu);
+    s->script = sc;
+    s->total = total;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int srv_requests(struct origin_srv *s, struct req_rec *out)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_reqs;
+    memcpy(out, s->reqs, (size_t)n * sizeof(*out));
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* ---- fixture ---- */
+
+struct fx {
+    struct ev_loop *loop;
+    ev_timer tick;
+    char dir[64];
+    struct config *cfg;
+    struct cache *cache;
+    struct upool *pool;
+    const struct domains *domains; /* none: allow_unlisted decides */
+    struct fetch_ctx fctx;
+    struct origin_srv srv;
+};
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = xcalloc(1, sizeof(*f));
+    char err[256], text[512];
+    g_log_level = CFG_LOG_ERROR;
+    memset(&g_stats, 0, sizeof(g_stats));
+    f->loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(f->loop);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/test_fetch.XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(text, sizeof(text),
+             "[server]\nlisten=127.0.0.1:1\n[cache]\ndir=%s\nchunk_size=256K\nmemory_size=16M\n"
+             "min_free=0\n[upstream]\nreadahead=4\n[domains]\nallow_unlisted=yes\n",
+             f->dir);
+    if (config_load_string("t", text, &f->cfg, err, sizeof(err)) != 0)
+        fail_msg("config: %s", err);
+    g_cfg = f->cfg;
+    f->cache = cache_new(f->loop, f->cfg, err, sizeof(err));
+    if (f->cache == NULL)
+        fail_msg("cache_new: %s", err);
+    f->pool = upool_new(f->loop);
+    srv_start(&f->srv);
+    f->fctx.loop = f->loop;
+    f->fctx.upool = f->pool;
+    f->fctx.has_override = true; /* every origin is the scripted one */
+    memcpy(&f->fctx.override_addr, &f->srv.addr, sizeof(f->srv.addr));
+    f->fctx.domains = &f->domains;
+    f->fctx.cache = f->cache;
+    fetch_module_init(&f->fctx);
+    ev_timer_init(&f->tick, on_tick, 0.01, 0.01);
+    ev_timer_start(f->loop, &f->tick);
+    /* Once the disk index has scanned the (empty) dir, a chunk without a file is a MISS at
+     * once rather than a disk lookup first. */
+    for (int it = 0; it < 2000; it++) {
+        struct cache_stats st;
+        cache_get_stats(f->cache, &st);
+        if (st.disk_scan_done)
+            break;
+        ev_run(f->loop, EVRUN_ONCE);
+    }
+    *state = f;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+#define RUN_UNTIL(f, cond)                                                                         \
+    do {                                                                                           \
+        for (int it_ = 0; !(cond) && it_ < 2000; it_++)                                            \
+            ev_run((f)->loop, EVRUN_ONCE);                                                         \
+        if (!(cond))                                                                               \
+            fail_msg("loop never reached: %s", #cond);                                             \
+    } while (0)
+
+static struct cache_stats cstats(struct fx *f)
+{
+    struct cache_stats st;
+    cache_get_stats(f->cache, &st);
+    return st;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    RUN_UNTIL(f, fetch_live() == 0 && cstats(f).io_pending == 0);
+    for (int i = 0; i < 2; i++)
+        ev_run(f->loop, EVRUN_NOWAIT);
+    assert_int_equal(upstream_live(), 0);
+    cache_free(&f->cache);
+    assert_int_equal(cache_live_chunks(), 0);
+    upool_free(&f->pool);
+    srv_stop(&f->srv);
+    ev_timer_stop(f->loop, &f->tick);
+    ev_loop_destroy(f->loop);
+    g_cfg = NULL;
+    config_free(&f->cfg);
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+#define KEY "svc\n/obj"
+#define KEY_LEN (sizeof(KEY) - 1)
+
+static struct origin_req origin_for(const char *authority, const char *path)
+{
+    struct origin_req o;
+    memset(&o, 0, sizeof(o));
+    o.host = authority;
+    o.port = 80;
+    o.authority = authority;
+    o.path = path;
+    o.path_len = strlen(path);
+    o.user_agent = "test";
+    o.ua_len = 4;
+    return o;
+}
+
+/* What a client does on a lookup: a ref on chunk <index>, its fill started on a MISS. */
+static struct chunk *read_chunk(struct fx *f, uint64_t index, uint64_t off,
+                                const struct origin_req *o, enum cache_lookup *out)
+{
+    struct chunk *ck = NULL;
+    enum cache_lookup r = cache_chunk_get(f->cache, KEY, KEY_LEN, index, off, o, false, &ck);
+    if (r == CACHE_MISS)
+        fetch_start_at(ck, off, o);
+    if (out != NULL)
+        *out = r;
+    return ck;
+}
+
+/* Whether <ck> is sealed with the object's bytes. */
+static void assert_chunk_bytes(struct fx *f, const struct chunk *ck, uint64_t total)
+{
+    (void)f;
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_SEALED);
+    uint64_t start = cache_chunk_index(ck) * CS;
+    uint64_t cap = cache_chunk_cap(ck);
+    assert_int_equal(cap, total - start < CS ? total - start : CS);
+    assert_int_equal(cache_chunk_meta(ck)->total, total);
+    assert_string_equal(cache_chunk_meta(ck)->etag, "\"e1\"");
+    struct chunk_bytes b;
+    cache_chunk_bytes(ck, 0, &b);
+    assert_non_null(b.data);
+    for (uint64_t i = 0; i < cap; i++)
+        if (b.data[i] != obj_byte(start + i))
+            fail_msg("chunk %llu byte %llu differs", (unsigned long long)cache_chunk_index(ck),
+                     (unsigned long long)i);
+}
+
+/* Every chunk of the object is in memory (a HIT) with the object's bytes. */
+static void assert_object_cached(struct fx *f, uint64_t total)
+{
+    uint64_t n = (total + CS - 1) / CS;
+    for (uint64_t i = 0; i < n; i++) {
+        struct chunk *ck = NULL;
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, i, 0, NULL, false, &ck),
+                         CACHE_HIT);
+        assert_chunk_bytes(f, ck, total);
+        cache_chunk_unref(&ck);
+    }
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+    const struct req_rec *x = a, *y = b;
+    return x->a < y->a ? -1 : x->a > y->a;
+}
+
+/* ---- tests ---- */
+
+static void test_a_miss_fills_its_chunk_with_one_range_request(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 3 * CS - 1000;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    enum cache_lookup r;
+    struct chunk *ck = read_chunk(f, 1, 0, &o, &r);
+    assert_int_equal(r, CACHE_MISS);
+    assert_int_equal(fetch_live(), 1);
+    assert_int_not_equal(fetch_id_of(ck), 0);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+    assert_string_equal(reqs[0].path, "/obj");
+    assert_true(reqs[0].has_range);
+    assert_int_equal(reqs[0].a, CS);
+    assert_int_equal(reqs[0].b, 2 * CS - 1);
+    assert_int_equal(g_stats.fetches, 1);
+}
+
+static void test_a_reader_who_joins_shares_the_fill(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    enum cache_lookup r1, r2;
+    struct chunk *a = read_chunk(f, 0, 0, &o, &r1), *b = read_chunk(f, 0, 100, &o, &r2);
+    assert_int_equal(r1, CACHE_MISS);
+    assert_int_equal(r2, CACHE_JOINED);
+    assert_ptr_equal(a, b);
+    RUN_UNTIL(f, cache_chunk_state(a) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, b, total);
+    cache_chunk_unref(&a);
+    cache_chunk_unref(&b);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+}
+
+static void test_read_ahead_asks_the_rest_of_the_object_once_in_runs(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 10 * CS + 123;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck, total - 1, &o, false);
+    assert_int_equal(fetch_live(), 1 + 4); /* [upstream] readahead = 4 runs after chunk 0 */
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck);
+    assert_object_cached(f, total);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 5);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    uint64_t next = 0;
+    for (int i = 0; i < n; i++) { /* every byte asked once, in whole chunks */
+        assert_int_equal(reqs[i].a, next);
+        assert_int_equal(reqs[i].a % CS, 0);
+        assert_int_equal((reqs[i].b + 1) % CS, 0);
+        next = reqs[i].b + 1;
+    }
+    assert_true(next >= total);
+    assert_int_equal(g_stats.cache_readahead, 10);
+}
+
+static void test_no_read_ahead_for_nocache_or_the_last_chunk(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 4 * CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck, total - 1, &o, true); /* ?nocache=1 */
+    fetch_sequential(ck, CS - 1, &o, false);   /* the reader wants this chunk only */
+    assert_int_equal(fetch_live(), 1);
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+}
+
+static void test_no_read_ahead_while_the_cap_of_fetches_runs(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 64 * CS;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *cks[FETCH_READAHEAD_MAX_FETCHES];
+    for (unsigned i = 0; i < FETCH_READAHEAD_MAX_FETCHES; i++)
+        cks[i] = read_chunk(f, 2 * i, 0, &o, NULL);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES);
+    fetch_sequential(cks[0], total - 1, &o, false);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES); /* none ahead */
+    assert_int_equal(g_stats.cache_readahead, 0);
+    fetch_cancel_all();
+    for (unsigned i = 0; i < FETCH_READAHEAD_MAX_FETCHES; i++) {
+        assert_int_equal(cache_chunk_state(cks[i]), CHUNK_S_FAILED);
+        cache_chunk_unref(&cks[i]);
+    }
+}
+
+static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    assert_int_equal(fetch_live(), 5);
+    enum cache_lookup r;
+    struct chunk *ck3 = read_chunk(f, 3, 0, &o, &r);
+    assert_int_equal(r, CACHE_JOINED);
+    /* Nothing of the run flows yet: chunk 3 would wait for chunks 1 and 2 first. */
+    assert_true(fetch_want(ck3, 0));
+    assert_int_equal(g_stats.fetch_split, 1);
+    assert_int_equal(fetch_live(), 6);
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck3);
+    assert_object_cached(f, total);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 6);
+    bool split_asked = false;
+    for (int i = 0; i < n; i++)
+        split_asked = split_asked || (reqs[i].a == 3 * CS && reqs[i].b == 4 * CS - 1);
+    assert_true(split_asked); /* (the run's own answer is cut before chunk 3) */
+}
+
+static void test_a_reader_deep_in_a_chunk_gets_a_two_part_fill(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 2 * CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    uint64_t off = CS / 2;
+    struct chunk *ck = read_chunk(f, 1, off, &o, NULL);
+    assert_int_equal(g_stats.fetch_two_part, 1);
+    assert_true(cache_chunk_is_split(ck));
+    /* Its own part comes first, alone; the head part once that is answered. */
+    RUN_UNTIL(f, cache_chunk_avail(ck, off) > 0);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+    assert_int_equal(reqs[0].a, CS + off);
+    assert_int_equal(reqs[0].b, 2 * CS - 1);
+    assert_int_equal(reqs[1].a, CS);
+    assert_int_equal(reqs[1].b, CS + off - 1);
+}
+
+static void test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, CS / 2, &o, NULL);
+    assert_int_equal(fetch_live(), 1); /* the head part is held back */
+    assert_true(fetch_want(ck, 10));   /* a reader waits for byte 10 */
+    assert_int_equal(fetch_live(), 2);
+    assert_false(fetch_want(ck, 10)); /* asked already */
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+}
+
+static void test_a_cut_answer_is_resumed_from_the_byte_reached(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 2 * CS;
+    srv_script(&f->srv, SCRIPT_CUT_ONCE, total);
+    f->srv.cut = 100000;
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    assert_int_equal(g_stats.fetch_resumed, 1);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+    assert_int_equal(reqs[0].a, 0);
+    assert_int_equal(reqs[1].a, 100000);
+    assert_int_equal(reqs[1].b, CS - 1);
+}
+
+static void test_a_redirect_is_followed_and_stored_under_the_first_key(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS + 10;
+    srv_script(&f->srv, SCRIPT_REDIRECT, total);
+    struct origin_req o = origin_for("origin.test", "/r");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total); /* under KEY, though its bytes came from /obj */
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+    assert_string_equal(reqs[0].path, "/r");
+    assert_string_equal(reqs[1].path, "/obj");
+    assert_int_equal(reqs[1].a, 0);
+    assert_int_equal(reqs[1].b, CS - 1);
+}
+
+static void test_an_origin_without_ranges_fills_every_chunk_from_one_answer(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 5 * CS + 7;
+    srv_script(&f->srv, SCRIPT_NORANGE, total);
+    /* (its own authority: the module remembers origins without ranges for an hour) */
+    struct origin_req o = origin_for("norange.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, fetch_live() == 0);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    assert_object_cached(f, total);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+    assert_int_equal(reqs[0].a, 0);
+}
+
+struct waiter {
+    struct chunk_waiter w;
+    int woken;
+};
+
+static void on_wake(struct chunk_waiter *w)
+{
+    container_of(w, struct waiter, w)->woken++;
+}
+
+static void test_a_failure_reaches_every_waiter(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_CLOSE, CS);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *a = read_chunk(f, 0, 0, &o, NULL), *b = read_chunk(f, 0, 0, &o, NULL);
+    struct waiter wa = {0}, wb = {0};
+    cache_chunk_wait(a, &wa.w, on_wake);
+    cache_chunk_wait(b, &wb.w, on_wake);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_FAILED && wa.woken > 0 && wb.woken > 0);
+    assert_int_equal(cache_chunk_fail_cause(b), CHUNK_FAIL_ORIGIN);
+    assert_int_equal(g_stats.fetch_failed, 1);
+    cache_chunk_unref(&a);
+    cache_chunk_unref(&b);
+}
+
+static void test_an_error_page_fails_the_chunk_to_be_forwarded(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_404, CS);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(ck) == CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck), CHUNK_FAIL_PASS);
+    cache_chunk_unref(&ck);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+        T(test_a_miss_fills_its_chunk_with_one_range_request),
+        T(test_a_reader_who_joins_shares_the_fill),
+        T(test_read_ahead_asks_the_rest_of_the_object_once_in_runs),
+        T(test_no_read_ahead_for_nocache_or_the_last_chunk),
+        T(test_no_read_ahead_while_the_cap_of_fetches_runs),
+        T(test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it),
+        T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
+        T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),
+        T(test_a_cut_answer_is_resumed_from_the_byte_reached),
+        T(test_a_redirect_is_followed_and_stored_under_the_first_key),
+        T(test_an_origin_without_ranges_fills_every_chunk_from_one_answer),
+        T(test_a_failure_reaches_every_waiter),
+        T(test_an_error_page_fails_the_chunk_to_be_forwarded),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
