@@ -35,9 +35,9 @@
 #include <ev.h>
 
 #include "access.h"
+#include "admit.h"
 #include "buf.h"
 #include "config.h"
-#include "domains.h"
 #include "forward.h"
 #include "http1.h"
 #include "log.h"
@@ -301,24 +301,20 @@ static void handle_request(struct conn *c)
         conn_local_response(c, 400, true, NULL);
         return;
     }
-    if (c->auth.is_ip && !g_cfg->allow_private) {
-        log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
-        g_stats.forbidden++;
-        conn_local_response(c, 403, false, NULL);
-        return;
-    }
     const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
-    c->ident = domains_cache_identifier(c->ctx->domains, c->auth.host, c->auth.ident,
-                                        ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
-                                        g_cfg->steam_user_agent, g_cfg->allow_unlisted,
-                                        c->ident_own, sizeof(c->ident_own));
-    if (c->ident == NULL) {
-        log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
-                 c->auth.host);
+    admit_host(g_cfg, c->ctx->domains, &c->auth, ua ? h + ua->value.off : NULL,
+               ua ? ua->value.len : 0, ADMIT_REQUEST, &c->adm);
+    if (!c->adm.allow) {
+        if (c->adm.reason == ADMIT_R_IP_LITERAL)
+            log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
+        else
+            log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
+                     c->auth.host);
         g_stats.forbidden++;
         conn_local_response(c, 403, false, NULL);
         return;
     }
+    c->ident = c->adm.ident;
     c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
     c->proxied = true;
     if (c->bypass || c->ctx->cache == NULL)

@@ -12,6 +12,7 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "buf.h"
 #include "cache.h"
 #include "conn.h"
@@ -89,9 +90,8 @@ struct conn {
     char *req_head; /* owns: copy of the head that the spans of <req> point into */
     struct h1_req req;
     struct h1_authority auth;
-    const char *ident; /* cache identifier: a service name (borrowed from the domains
-                          lists, which live until exit), auth.ident or ident_own */
-    char ident_own[sizeof(((struct h1_authority *)0)->ident) + 1]; /* "name." (see conn.c) */
+    struct admit_result adm; /* the request's admission (its identifier may point into it) */
+    const char *ident;       /* cache identifier: adm.ident (see admit.h) */
     bool head_req;
     bool keep_alive; /* keep the connection after this response */
     bool bypass;

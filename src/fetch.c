@@ -35,6 +35,7 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "cache.h"
 #include "config.h"
 #include "domains.h"
@@ -288,12 +289,10 @@ static bool follow_redirect(struct fetch *f)
     struct h1_authority auth;
     if (h1_authority_parse(authority, strlen(authority), &auth) < 0)
         return false;
-    if (auth.is_ip && !g_cfg->allow_private)
-        return false;
     const struct domains *d = fctx->domains != NULL ? *fctx->domains : NULL;
-    if (domains_identify(d, auth.host, f->ua, f->ua ? strlen(f->ua) : 0, g_cfg->steam_user_agent) ==
-            NULL &&
-        !g_cfg->allow_unlisted)
+    struct admit_result adm;
+    admit_host(g_cfg, d, &auth, f->ua, f->ua ? strlen(f->ua) : 0, ADMIT_REDIRECT, &adm);
+    if (!adm.allow)
         return false;
     size_t plen = strcspn(path, "#");
     struct fetch_origin o;

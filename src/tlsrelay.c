@@ -33,8 +33,8 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "config.h"
-#include "domains.h"
 #include "log.h"
 #include "resolver.h"
 #include "stats.h"
@@ -556,12 +556,20 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
 static void relay_route(struct relay *r)
 {
     const struct tlshello_sni *s = &r->sni;
-    if (s->is_ip && !g_cfg->allow_private) {
+    struct h1_authority auth;
+    memset(&auth, 0, sizeof(auth));
+    snprintf(auth.host, sizeof(auth.host), "%s", s->host);
+    snprintf(auth.ident, sizeof(auth.ident), "%s", s->host);
+    auth.port = RELAY_PORT;
+    auth.is_ip = s->is_ip;
+    struct admit_result adm;
+    admit_host(g_cfg, *rctx->domains, &auth, NULL, 0, ADMIT_TLS, &adm);
+    if (adm.reason == ADMIT_R_IP_LITERAL) {
         log_info("tls#%u %s: IP-literal server name %s refused", r->id, r->peer, s->host);
         relay_close(r, OUT_IP_LITERAL);
         return;
     }
-    if (domains_match(*rctx->domains, s->host) == NULL && !g_cfg->allow_unlisted) {
+    if (!adm.allow) {
         log_info("tls#%u %s: server name %s not in the cache-domains lists", r->id, r->peer,
                  s->host);
         relay_close(r, OUT_UNLISTED);
