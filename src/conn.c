@@ -5,7 +5,8 @@
  * | state     | waits for                                         | conn timer            |
  * |-----------|---------------------------------------------------|-----------------------|
  * | READ_HEAD | a complete request head in <in>                   | keepalive / request   |
- * | RESOLVE   | the resolver's answer for the origin name         | send (if output left) |
+ * | RESOLVE   | the origin's address (resolver_route: override,   | send (if output left) |
+ * |           | literal or look-up, always from the loop)         |                       |
  * | UPSTREAM  | the origin's response head                        | send (if output left) |
  * | STREAM    | body bytes from upstream, or room to write them   | send (if output left) |
  * | FLUSH     | <out> to drain, then close                        | send                  |
@@ -239,26 +240,25 @@ static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
     c->up = upstream_start(c->ctx->loop, c->ctx->upool, &ur, &conn_sink, c);
 }
 
-static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
 {
     struct conn *c = arg;
     CHECK_OBJ(c, CONN_MAGIC);
     c->rq = NULL;
     if (c->state == CONN_S_CLOSING)
         return;
-    if (err != 0) {
+    if (err == 0) {
+        start_upstream(c, addr);
+    } else if (err == -EACCES) {
+        log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
+                 c->auth.host);
+        g_stats.forbidden++;
+        conn_local_response(c, 403, false, NULL);
+    } else if (err == -EINVAL) {
+        conn_local_response(c, 400, true, NULL); /* (h1_authority_parse let no such literal by) */
+    } else {
         log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
         conn_local_response(c, 502, false, NULL);
-    } else {
-        const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
-        if (pick == NULL) {
-            log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
-                     c->auth.host);
-            g_stats.forbidden++;
-            conn_local_response(c, 403, false, NULL);
-        } else {
-            start_upstream(c, pick);
-        }
     }
     conn_update_io(c);
     conn_update_timer(c);
@@ -326,19 +326,10 @@ static void handle_request(struct conn *c)
 void conn_forward_begin(struct conn *c)
 {
     c->cached = false;
-    if (c->ctx->has_override) {
-        start_upstream(c, &c->ctx->override_addr);
-    } else if (c->auth.is_ip) {
-        struct sockaddr_storage ss;
-        if (resolver_literal(c->auth.host, c->auth.port, &ss) < 0) {
-            conn_local_response(c, 400, true, NULL);
-            return;
-        }
-        start_upstream(c, &ss);
-    } else {
-        conn_set_state(c, CONN_S_RESOLVE);
-        c->rq = resolver_query(c->ctx->resolver, c->auth.host, c->auth.port, on_resolved, c);
-    }
+    conn_set_state(c, CONN_S_RESOLVE);
+    c->rq = resolver_route(c->ctx->resolver, c->auth.host, c->auth.is_ip, c->auth.port,
+                           c->ctx->has_override ? &c->ctx->override_addr : NULL,
+                           g_cfg->allow_private, on_routed, c);
 }
 
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)

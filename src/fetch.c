@@ -698,28 +698,28 @@ static void fetch_connect(struct fetch *f)
     free(head); /* upstream_start copied it */
 }
 
-static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
-    if (err != 0) {
-        log_info("fetch: cannot resolve %s: %s", f->host, strerror(-err));
-        fetch_finish(f, CHUNK_FAIL_502);
-        return;
-    }
-    const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
-    if (pick != NULL) {
-        f->addr = *pick;
+    if (err == 0) {
+        f->addr = *addr;
         f->have_addr = true;
         fetch_connect(f);
         return;
     }
-    log_info("fetch: %s resolves to a private address: refused", f->host);
-    g_stats.forbidden++;
-    /* A redirect's target failing the checks is not followed: the client gets the redirect
-     * itself, uncached (CONTRACT.md §4). */
-    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
+    if (err == -EACCES) {
+        log_info("fetch: %s resolves to a private address: refused", f->host);
+        g_stats.forbidden++;
+        /* A redirect's target failing the checks is not followed: the client gets the redirect
+         * itself, uncached. */
+        fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_403);
+        return;
+    }
+    if (err != -EINVAL)
+        log_info("fetch: cannot resolve %s: %s", f->host, strerror(-err));
+    fetch_finish(f, CHUNK_FAIL_502);
 }
 
 /* The request head around its Range field: request line and Host before, the rest after. */
@@ -870,7 +870,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
      * waited before there was a head part to ask, so let them look again (fetch_hurry). */
     cache_chunk_poke(ck);
     if (route)
-        fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
+        fetch_route(g, g->host_is_ip); /* (its failure, from the loop, lets go of head_ck) */
 }
 
 /*
@@ -913,26 +913,17 @@ void fetch_start_at(struct chunk *ck, uint64_t off, const struct fetch_origin *o
     start_head_part(ck, off, g, true);
 }
 
-/* To the override address, the IP literal, or through the resolver for f->host. */
+/* To the override address, the IP literal, or through the resolver for f->host (resolver_route:
+ * the answer always comes from the loop, never before this returns). */
 static void fetch_route(struct fetch *f, bool host_is_ip)
 {
+    ASSERT(f->rq == NULL);
     f->host_is_ip = host_is_ip;
     memset(&f->addr, 0, sizeof(f->addr));
     f->have_addr = false; /* until routed (a redirect re-routes: fetch_split must not copy it) */
-    if (fctx->has_override) {
-        f->addr = fctx->override_addr;
-        f->have_addr = true;
-        fetch_connect(f);
-    } else if (host_is_ip) {
-        if (resolver_literal(f->host, f->port, &f->addr) < 0) {
-            fetch_finish(f, CHUNK_FAIL_502);
-            return;
-        }
-        f->have_addr = true;
-        fetch_connect(f);
-    } else {
-        f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
-    }
+    f->rq = resolver_route(fctx->resolver, f->host, host_is_ip, f->port,
+                           fctx->has_override ? &fctx->override_addr : NULL, g_cfg->allow_private,
+                           on_routed, f);
 }
 
 static bool fetch_split(struct chunk *ck, uint64_t off)
