@@ -5,8 +5,9 @@
  *
  * Servers come from [upstream] dns (never the LAN's resolver unless dns = system). Results are
  * cached for their TTL (clamped to 1 s .. 1 h); failures for RESOLVER_NEG_TTL_MS.
- * Lifecycle: resolver_new() -> resolver_query()* -> resolver_free(). A query's callback fires
- * exactly once, never before resolver_query() returns, unless the query is cancelled first.
+ * Lifecycle: resolver_new() -> resolver_query()* / resolver_route()* -> resolver_free(). A
+ * query's or route's callback fires exactly once, never before resolver_query() or
+ * resolver_route() returns, unless it is cancelled first.
  * Owns: the c-ares channel, its socket watchers, the cache entries, the queries.
  */
 #ifndef CACHEPARTY_RESOLVER_H

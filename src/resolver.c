@@ -8,6 +8,8 @@
  * every completion, even a cache hit, goes through the ready list and the zero-delay defer timer,
  * so callbacks never fire inside resolver_query() nor inside c-ares (which may call back
  * synchronously). Entries are freed by a sweep when the table grows, or by resolver_free().
+ * A route (resolver_route) is a query whose answer is checked when delivered (resolver_pick), or,
+ * for an override or an IP literal, a query put on the ready list at once with its one address.
  */
 #include "resolver.h"
 
@@ -176,12 +178,8 @@ static void entry_release_waiters(struct resolver *r, struct rentry *e)
             else
                 ((struct sockaddr_in6 *)&q->addrs[i])->sin6_port = htons(q->port);
         }
-        q->pprev = r->ready_tail;
-        *r->ready_tail = q;
-        r->ready_tail = &q->next;
+        ready_push(r, q);
     }
-    if (r->ready != NULL && !r->freeing && !ev_is_active(&r->defer))
-        ev_timer_start(r->loop, &r->defer);
 }
 
 static int map_ares_err(int status)
