@@ -84,7 +84,8 @@ bool domains_is_service(const struct domains *d, const char *name);
  * h1_authority): domains_identify()'s; else, when <allow_unlisted>, <ident> itself, or "<ident>."
  * written to <own> when <ident> is a service's name (an unlisted host named "steam" must not
  * share the steam service's cache; no host's identifier ends with a dot). <own> has room for
- * strlen(ident) + 2. NULL when the host is not allowed.
+ * strlen(ident) + 2. NULL when the host is not allowed. The proxy decides admission through
+ * admit_host() (admit.h), which adds the IP-literal rule and the kind of request.
  */
 const char *domains_cache_identifier(const struct domains *d, const char *host, const char *ident,
                                      const char *user_agent, size_t ua_len, bool steam_ua_rule,

@@ -5,8 +5,9 @@
  *
  * Servers come from [upstream] dns (never the LAN's resolver unless dns = system). Results are
  * cached for their TTL (clamped to 1 s .. 1 h); failures for RESOLVER_NEG_TTL_MS.
- * Lifecycle: resolver_new() -> resolver_query()* -> resolver_free(). A query's callback fires
- * exactly once, never before resolver_query() returns, unless the query is cancelled first.
+ * Lifecycle: resolver_new() -> resolver_query()* / resolver_route()* -> resolver_free(). A
+ * query's or route's callback fires exactly once, never before resolver_query() or
+ * resolver_route() returns, unless it is cancelled first.
  * Owns: the c-ares channel, its socket watchers, the cache entries, the queries.
  */
 #ifndef CACHEPARTY_RESOLVER_H
@@ -32,6 +33,14 @@ struct resolver_query;
  */
 typedef void resolver_fn(void *arg, int err, const struct sockaddr_storage *addrs, size_t n);
 
+/*
+ * A route's completion: <err> is 0 with <addr> the address to connect to (borrowed for the
+ * duration of the call), or <addr> NULL and <err> one of resolver_fn's errors, -EACCES (every
+ * address the name resolves to is private, and not allow_private) or -EINVAL (<host> was said
+ * to be an IP literal and is not one).
+ */
+typedef void resolver_route_fn(void *arg, int err, const struct sockaddr_storage *addr);
+
 /* NULL on failure with a reason in <err>. Borrows <loop> and <cfg> (only read here). */
 struct resolver *resolver_new(struct ev_loop *loop, const struct config *cfg, char *err,
                               size_t errlen);
@@ -41,6 +50,20 @@ void resolver_free(struct resolver **r);
 /* Start a lookup of <host> (a name, not a literal). Never NULL. */
 struct resolver_query *resolver_query(struct resolver *r, const char *host, uint16_t port,
                                       resolver_fn *cb, void *arg);
+/*
+ * Where an origin <host>:<port> is reached, checked: the <override> address when not NULL
+ * (as is: the operator chose it); else, when <host_is_ip>, the literal's address (as is: the
+ * caller's admission decided on IP literals, see admit.h); else the first address of a look-up
+ * (resolver_query) that passes the private-address check (resolver_pick with <allow_private>).
+ * Always asynchronous: even an answer known at once is delivered from the loop, never before
+ * resolver_route() returns. <host> and <override> are borrowed (copied). Returns the handle,
+ * never NULL; resolver_cancel() cancels it and <cb> then never fires. The handle is freed after
+ * <cb> returns.
+ */
+struct resolver_query *resolver_route(struct resolver *r, const char *host, bool host_is_ip,
+                                      uint16_t port, const struct sockaddr_storage *override,
+                                      bool allow_private, resolver_route_fn *cb, void *arg);
+
 /* Cancel a pending query: its callback will not fire. Sets *q = NULL. NULL-safe. */
 void resolver_cancel(struct resolver_query **q);
 

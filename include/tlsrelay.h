@@ -12,7 +12,8 @@
  * | phase   | waits for                                       | timer                    |
  * |---------|-------------------------------------------------|--------------------------|
  * | HELLO   | a whole ClientHello from the client             | handshake_timeout        |
- * | RESOLVE | the resolver's answer for the name              | handshake_timeout        |
+ * | RESOLVE | the route (resolver_route: override, literal or | handshake_timeout        |
+ * |         | look-up), always delivered from the loop        |                          |
  * | CONNECT | the non-blocking connect to the origin          | upstream connect_timeout |
  * | RELAY   | bytes either way; half-close passed on          | idle_timeout             |
  * | CLOSED  | nothing: freed before the callback returns      | -                        |

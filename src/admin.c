@@ -37,6 +37,7 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "buf.h"
 #include "cache.h"
 #include "config.h"
@@ -383,18 +384,25 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
         }
         const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
         const struct domains *doms = actx->domains != NULL ? *actx->domains : NULL;
-        char own[sizeof(auth.ident) + 1];
-        const char *id = domains_cache_identifier(
-            doms, auth.host, auth.ident, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
-            g_cfg->steam_user_agent, g_cfg->allow_unlisted, own, sizeof(own));
-        if (id == NULL) {
+        struct admit_result adm;
+        admit_host(g_cfg, doms, &auth, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
+                   ADMIT_PURGE, &adm);
+        if (adm.reason == ADMIT_R_IP_LITERAL) {
+            /* As for a request: no object is served or stored under it (see admit.h). */
+            respond_text(c, req, 404, NULL, false,
+                         "host %s is an IP address (allow_private = no): no cache identifier; "
+                         "give ?identifier=NAME\n",
+                         auth.host);
+            return;
+        }
+        if (!adm.allow) {
             respond_text(c, req, 404, NULL, false,
                          "host %s is not in the cache-domains lists (allow_unlisted = no): "
                          "no cache identifier; give ?identifier=NAME\n",
                          auth.host);
             return;
         }
-        snprintf(ident, sizeof(ident), "%s", id);
+        snprintf(ident, sizeof(ident), "%s", adm.ident);
     }
     size_t klen;
     char *key = cache_key_build(ident, path, plen, &klen);

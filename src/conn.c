@@ -2,16 +2,26 @@
 /*
  * conn: the client connection state machine. See conn.h.
  *
- * | state     | waits for                                         | conn timer            |
- * |-----------|---------------------------------------------------|-----------------------|
- * | READ_HEAD | a complete request head in <in>                   | keepalive / request   |
- * | RESOLVE   | the resolver's answer for the origin name         | send (if output left) |
- * | UPSTREAM  | the origin's response head                        | send (if output left) |
- * | STREAM    | body bytes from upstream, or room to write them   | send (if output left) |
- * | FLUSH     | <out> to drain, then close                        | send                  |
- * | LINGER    | our side shut down: the client's EOF (its bytes are | CONN_LINGER_S         |
- * |           | read and dropped), then close                     |                       |
- * | CLOSING   | the reaper (watchers stopped, nothing happens)    | -                     |
+ * | state      | waits for                                          | conn timer            |
+ * |------------|----------------------------------------------------|-----------------------|
+ * | READ_HEAD  | a complete request head in <in>                    | keepalive / request   |
+ * | RESOLVE    | pass: the origin's address (resolver_route)        | send (if output left) |
+ * | UPSTREAM   | pass: the origin's response head                   | send (if output left) |
+ * | STREAM     | pass: body bytes from upstream, or room for them   | send (if output left) |
+ * | CACHE_HEAD | cache: the first chunk's meta (memory, disk, fill) | send (if output left) |
+ * | CACHE_BODY | cache: chunk bytes, or room in the socket for them | send (if output left) |
+ * | FLUSH      | <out> to drain, then close                         | send                  |
+ * | LINGER     | our side shut down: the client's EOF (its bytes    | CONN_LINGER_S         |
+ * |            | are read and dropped), then close                  |                       |
+ * | CLOSING    | the reaper (watchers stopped, nothing happens)     | -                     |
+ *
+ * Two responders answer a request once its head is parsed and admitted (struct conn_responder,
+ * conn_int.h): the pass-through path (conn_pass.c: RESOLVE, UPSTREAM, STREAM) and the cache path
+ * (conn_cache.c: CACHE_HEAD, CACHE_BODY; it hands a request over to the pass path when the
+ * answer cannot be cached). conn.c keeps the rest: the state machine and its transition table
+ * (conn_set_state), the socket I/O, the timer, keep-alive and pipelining, local responses and the
+ * access log line. A responder's states are stepped through its step(); its state is dropped by
+ * its reset() when the request ends, however it ends.
  *
  * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
  * conn_update_io() alone decides watcher interest and conn_update_timer() the one timer. A
@@ -35,15 +45,13 @@
 #include <ev.h>
 
 #include "access.h"
+#include "admit.h"
 #include "buf.h"
 #include "config.h"
-#include "domains.h"
 #include "forward.h"
 #include "http1.h"
 #include "log.h"
-#include "resolver.h"
 #include "stats.h"
-#include "upstream.h"
 #include "util.h"
 
 static struct conn *conns;
@@ -62,11 +70,36 @@ const char *const conn_state_names[] = {
 #undef CONN_SX
 };
 
+#define CONN_TO(s) (1u << (s))
+/* The legal transitions: from each state, the states it may move to. Every state but CLOSING
+ * may close. A request ends in READ_HEAD (keep-alive) or FLUSH (close after the response), from
+ * wherever it was answered: locally, by a responder, or cut short. */
+static const unsigned conn_next[] = {
+    [CONN_S_READ_HEAD] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_RESOLVE) |
+                         CONN_TO(CONN_S_CACHE_HEAD) | CONN_TO(CONN_S_FLUSH) |
+                         CONN_TO(CONN_S_CLOSING),
+    [CONN_S_RESOLVE] = CONN_TO(CONN_S_UPSTREAM) | CONN_TO(CONN_S_READ_HEAD) |
+                       CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+    [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
+                        CONN_TO(CONN_S_CLOSING),
+    [CONN_S_STREAM] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+    /* (RESOLVE: handed over to the pass path) */
+    [CONN_S_CACHE_HEAD] = CONN_TO(CONN_S_CACHE_BODY) | CONN_TO(CONN_S_RESOLVE) |
+                          CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
+                          CONN_TO(CONN_S_CLOSING),
+    [CONN_S_CACHE_BODY] =
+        CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+    [CONN_S_FLUSH] = CONN_TO(CONN_S_LINGER) | CONN_TO(CONN_S_CLOSING),
+    [CONN_S_LINGER] = CONN_TO(CONN_S_CLOSING),
+    [CONN_S_CLOSING] = 0,
+};
+
 void conn_set_state(struct conn *c, enum conn_state st)
 {
     log_debug("conn#%u %s %s -> %s", c->id, c->peer, conn_state_names[c->state],
               conn_state_names[st]);
-    ASSERT(c->state != CONN_S_CLOSING);
+    ASSERT((size_t)c->state < ARRAY_SIZE(conn_next) && (size_t)st < ARRAY_SIZE(conn_next));
+    ASSERT(conn_next[c->state] & CONN_TO(st));
     c->state = st;
 }
 
@@ -163,9 +196,10 @@ static void log_access(struct conn *c)
 /* Ends the current request's state (not the connection). */
 static void req_reset(struct conn *c)
 {
-    resolver_cancel(&c->rq);
-    upstream_cancel(&c->up);
-    conn_cache_reset(c);
+    if (c->resp != NULL) {
+        c->resp->reset(c);
+        c->resp = NULL;
+    }
     free(c->req_head);
     c->req_head = NULL;
     c->status = 0;
@@ -173,7 +207,6 @@ static void req_reset(struct conn *c)
     c->logged = false;
     c->local_resp = false;
     c->body_bytes = 0;
-    c->body = FWD_BODY_NONE;
 }
 
 /* The response is fully queued: next request, or close once flushed. */
@@ -195,6 +228,36 @@ void conn_response_done(struct conn *c)
     conn_kick(c);
 }
 
+/* The response was cut short after its head went out: its access line says how far it got, and
+ * the connection closes once <out> is written. */
+void conn_response_cut(struct conn *c)
+{
+    count_status(c->status);
+    log_access(c);
+    c->keep_alive = false;
+    req_reset(c);
+    conn_set_state(c, CONN_S_FLUSH);
+    conn_kick(c); /* closes at once if nothing is left to write */
+}
+
+/* Hands the admitted request to <r>. */
+static void conn_respond(struct conn *c, const struct conn_responder *r)
+{
+    ASSERT(c->resp == NULL);
+    c->resp = r;
+    r->begin(c);
+}
+
+void conn_hand_over(struct conn *c, const struct conn_responder *to)
+{
+    ASSERT(c->resp != NULL && c->resp != to);
+    log_debug("conn#%u %s: %s hands the request over to %s", c->id, c->peer, c->resp->name,
+              to->name);
+    c->resp->reset(c);
+    c->resp = to;
+    to->begin(c);
+}
+
 /* Queues a proxy-made response and finishes the request. <close> forces Connection: close. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra)
 {
@@ -210,56 +273,6 @@ void conn_local_response(struct conn *c, int status, bool close_after, const cha
     c->local_resp = true;
     c->body_bytes = fwd_local_body_len(status, c->head_req);
     conn_response_done(c);
-}
-
-static void sink_head(void *arg, const char *buf, const struct h1_resp *resp);
-static size_t sink_body(void *arg, const char *data, size_t len);
-static void sink_done(void *arg, enum up_err err);
-
-static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
-
-static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
-{
-    static char head[CONN_UPHEAD];
-    struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
-    size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
-    if (n == 0) {
-        conn_local_response(c, 431, true, NULL);
-        return;
-    }
-    struct upstream_req ur;
-    memset(&ur, 0, sizeof(ur));
-    ur.addr = *addr;
-    ur.head = head;
-    ur.head_len = n;
-    ur.method = c->req.method;
-    conn_set_state(c, CONN_S_UPSTREAM);
-    c->up = upstream_start(c->ctx->loop, c->ctx->upool, &ur, &conn_sink, c);
-}
-
-static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
-{
-    struct conn *c = arg;
-    CHECK_OBJ(c, CONN_MAGIC);
-    c->rq = NULL;
-    if (c->state == CONN_S_CLOSING)
-        return;
-    if (err != 0) {
-        log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
-        conn_local_response(c, 502, false, NULL);
-    } else {
-        const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
-        if (pick == NULL) {
-            log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
-                     c->auth.host);
-            g_stats.forbidden++;
-            conn_local_response(c, 403, false, NULL);
-        } else {
-            start_upstream(c, pick);
-        }
-    }
-    conn_update_io(c);
-    conn_update_timer(c);
 }
 
 /* Acts on a parsed request head held in c->req_head / c->req. */
@@ -299,164 +312,24 @@ static void handle_request(struct conn *c)
         conn_local_response(c, 400, true, NULL);
         return;
     }
-    if (c->auth.is_ip && !g_cfg->allow_private) {
-        log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
-        g_stats.forbidden++;
-        conn_local_response(c, 403, false, NULL);
-        return;
-    }
     const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
-    c->ident = domains_cache_identifier(c->ctx->domains, c->auth.host, c->auth.ident,
-                                        ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
-                                        g_cfg->steam_user_agent, g_cfg->allow_unlisted,
-                                        c->ident_own, sizeof(c->ident_own));
-    if (c->ident == NULL) {
-        log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
-                 c->auth.host);
+    admit_host(g_cfg, c->ctx->domains, &c->auth, ua ? h + ua->value.off : NULL,
+               ua ? ua->value.len : 0, ADMIT_REQUEST, &c->adm);
+    if (!c->adm.allow) {
+        if (c->adm.reason == ADMIT_R_IP_LITERAL)
+            log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);
+        else
+            log_info("conn#%u %s: host %s not in the cache-domains lists", c->id, c->peer,
+                     c->auth.host);
         g_stats.forbidden++;
         conn_local_response(c, 403, false, NULL);
         return;
     }
+    c->ident = c->adm.ident;
     c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
     c->proxied = true;
-    if (c->bypass || c->ctx->cache == NULL)
-        conn_forward_begin(c);
-    else
-        conn_cache_begin(c);
-}
-
-void conn_forward_begin(struct conn *c)
-{
-    c->cached = false;
-    if (c->ctx->has_override) {
-        start_upstream(c, &c->ctx->override_addr);
-    } else if (c->auth.is_ip) {
-        struct sockaddr_storage ss;
-        if (resolver_literal(c->auth.host, c->auth.port, &ss) < 0) {
-            conn_local_response(c, 400, true, NULL);
-            return;
-        }
-        start_upstream(c, &ss);
-    } else {
-        conn_set_state(c, CONN_S_RESOLVE);
-        c->rq = resolver_query(c->ctx->resolver, c->auth.host, c->auth.port, on_resolved, c);
-    }
-}
-
-static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
-{
-    struct conn *c = arg;
-    CHECK_OBJ(c, CONN_MAGIC);
-    if (c->state == CONN_S_CLOSING)
-        return;
-    conn_out_ensure(c);
-    buf_compact(&c->out);
-    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
-                              c->head_req, c->keep_alive && !c->draining};
-    /* Keep room after the head for a chunked body's framing and its last-chunk. */
-    size_t room = buf_room(&c->out) > 32 ? buf_room(&c->out) - 32 : 0;
-    size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, room);
-    if (n == 0) {
-        log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
-        conn_close(c);
-        return;
-    }
-    c->out.last += n;
-    c->status = resp->status;
-    if (c->body == FWD_BODY_CLOSE || !o.keep_alive)
-        c->keep_alive = false;
-    conn_set_state(c, CONN_S_STREAM);
-    conn_update_io(c);
-}
-
-static size_t sink_body(void *arg, const char *data, size_t len)
-{
-    struct conn *c = arg;
-    CHECK_OBJ(c, CONN_MAGIC);
-    if (c->state != CONN_S_STREAM)
-        return 0;
-    if (c->body == FWD_BODY_NONE)
-        return len; /* HEAD: the origin should send nothing; drop it */
-    size_t taken = 0;
-    if (c->body == FWD_BODY_CHUNKED) {
-        /* Re-chunk into <out>, keeping room for the last-chunk "0\r\n\r\n". */
-        buf_compact(&c->out);
-        size_t room = buf_room(&c->out);
-        if (room <= 12 + 5)
-            return 0;
-        size_t n = len < room - 12 - 5 ? len : room - 12 - 5;
-        int k = snprintf(c->out.last, room, "%zx\r\n", n);
-        c->out.last += k;
-        memcpy(c->out.last, data, n);
-        c->out.last += n;
-        memcpy(c->out.last, "\r\n", 2);
-        c->out.last += 2;
-        taken = n;
-    } else {
-        if (buf_len(&c->out) == 0) {
-            /* Nothing queued before: write straight from the upstream buffer, no copy. */
-            ssize_t n;
-            do {
-                n = send(c->fd, data, len, MSG_NOSIGNAL);
-            } while (n < 0 && errno == EINTR);
-            if (n < 0 && errno != EAGAIN) {
-                log_debug("conn#%u %s: send: %s", c->id, c->peer, strerror(errno));
-                g_stats.client_reset++;
-                conn_close(c);
-                return 0;
-            }
-            if (n > 0) {
-                taken = (size_t)n;
-                c->last_write = ev_now(c->ctx->loop);
-            }
-        }
-        if (taken < len)
-            taken += buf_append(&c->out, data + taken, len - taken);
-    }
-    c->body_bytes += taken;
-    if (c->bypass)
-        g_stats.bytes_bypass += taken;
-    else
-        g_stats.bytes_miss += taken;
-    conn_update_io(c);
-    conn_update_timer(c);
-    return taken;
-}
-
-static void sink_done(void *arg, enum up_err err)
-{
-    struct conn *c = arg;
-    CHECK_OBJ(c, CONN_MAGIC);
-    c->up = NULL;
-    if (c->state == CONN_S_CLOSING)
-        return;
-    if (err == UP_OK) {
-        if (c->body == FWD_BODY_CHUNKED && buf_append(&c->out, "0\r\n\r\n", 5) != 5) {
-            /* Cannot happen while sink_head and sink_body keep their room; never trust it. */
-            log_warn("conn#%u %s: no room for the last chunk: closing", c->id, c->peer);
-            conn_close(c);
-            return;
-        }
-        if (c->body == FWD_BODY_CLOSE)
-            c->keep_alive = false;
-        conn_response_done(c);
-    } else if (c->state == CONN_S_UPSTREAM) {
-        int status =
-            (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504 : 502;
-        conn_local_response(c, status, false, NULL);
-    } else {
-        /* Failure after the head went out: the client sees a short body, then the close. */
-        log_info("conn#%u %s: origin failed mid-body after %llu bytes: closing", c->id, c->peer,
-                 (unsigned long long)c->body_bytes);
-        count_status(c->status);
-        log_access(c);
-        c->keep_alive = false;
-        req_reset(c);
-        conn_set_state(c, CONN_S_FLUSH);
-        conn_kick(c); /* closes at once if nothing is left to write */
-    }
-    conn_update_io(c);
-    conn_update_timer(c);
+    conn_respond(c,
+                 c->bypass || c->ctx->cache == NULL ? &conn_pass_responder : &conn_cache_responder);
 }
 
 /* One step of the state machine; returns true if it made progress. */
@@ -512,15 +385,16 @@ static bool conn_step(struct conn *c)
         handle_request(c);
         return true;
     }
-    case CONN_S_CACHE_HEAD:
-    case CONN_S_CACHE_BODY:
-        return conn_cache_step(c);
     case CONN_S_FLUSH:
         if (!buf_is_alloc(&c->out) || buf_len(&c->out) == 0)
             conn_linger(c);
         return false;
-    default:
+    case CONN_S_LINGER:
+    case CONN_S_CLOSING:
         return false;
+    default: /* a responder's state */
+        ASSERT(c->resp != NULL);
+        return c->resp->step(c);
     }
 }
 
@@ -613,9 +487,7 @@ static void on_conn_io(struct ev_loop *loop, ev_io *w, int revents)
     if (revents & EV_WRITE) {
         c->blocked_write = false;
         if (!flush_out(c))
-            return;
-        if (c->up != NULL && c->state == CONN_S_STREAM && buf_len(&c->out) < CONN_OUTBUF / 2)
-            upstream_resume(c->up);
+            return; /* (a responder waiting for room hears of it from its step, below) */
     }
     if ((revents & EV_READ) && !c->peer_eof) {
         ssize_t n = buf_recv(&c->in, c->fd);

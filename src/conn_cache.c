@@ -198,7 +198,7 @@ void conn_cache_begin(struct conn *c)
     if (c->head_req) {
         /* HEAD never fills the cache: answer from a stored chunk, else forward it. */
         if (c->force || !get_chunk(c, 0, 0, true)) {
-            conn_forward_begin(c);
+            conn_hand_over(c, &conn_pass_responder);
             return;
         }
     } else {
@@ -266,7 +266,8 @@ static bool head_step(struct conn *c)
         drop_chunk(c);
         switch (why) {
         case CHUNK_FAIL_PASS:
-            conn_forward_begin(c); /* uncacheable answer: forward this request as it is */
+            /* uncacheable answer: forward this request as it is */
+            conn_hand_over(c, &conn_pass_responder);
             break;
         case CHUNK_FAIL_FORBIDDEN:
             conn_local_response(c, 403, false, NULL);
@@ -469,3 +470,6 @@ bool conn_cache_step(struct conn *c)
         return head_step(c);
     return body_step(c);
 }
+
+const struct conn_responder conn_cache_responder = {"cache", conn_cache_begin, conn_cache_step,
+                                                    conn_cache_reset};

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * conn_int.h: struct conn and the helpers shared by conn.c (the connection state machine and the
- * pass-through path) and conn_cache.c (requests served from the chunk cache). Private to them and
- * their unit tests.
+ * conn_int.h: struct conn, the responder interface and the service API shared by conn.c (the
+ * connection state machine, I/O, timers, keep-alive, local responses, the access log) and its
+ * two responders, conn_pass.c (forwarded uncached) and conn_cache.c (served from the chunk
+ * cache). Private to them and their unit tests.
  */
 #ifndef CACHEPARTY_CONN_INT_H
 #define CACHEPARTY_CONN_INT_H
@@ -12,6 +13,7 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "buf.h"
 #include "cache.h"
 #include "conn.h"
@@ -39,6 +41,8 @@ struct upstream;
 #define CONN_LINGER_S 2.0
 #define CONN_LINGER_MAX (256 * 1024)
 
+/* The states (conn.c's table says what each waits for; RESOLVE..STREAM belong to the pass
+ * responder, CACHE_HEAD and CACHE_BODY to the cache responder). */
 #define CONN_STATES(X)                                                                             \
     X(CONN_S_READ_HEAD)                                                                            \
     X(CONN_S_RESOLVE)                                                                              \
@@ -87,9 +91,8 @@ struct conn {
     char *req_head; /* owns: copy of the head that the spans of <req> point into */
     struct h1_req req;
     struct h1_authority auth;
-    const char *ident; /* cache identifier: a service name (borrowed from the domains
-                          lists, which live until exit), auth.ident or ident_own */
-    char ident_own[sizeof(((struct h1_authority *)0)->ident) + 1]; /* "name." (see conn.c) */
+    struct admit_result adm; /* the request's admission (its identifier may point into it) */
+    const char *ident;       /* cache identifier: adm.ident (see admit.h) */
     bool head_req;
     bool keep_alive; /* keep the connection after this response */
     bool bypass;
@@ -97,8 +100,11 @@ struct conn {
     bool logged;     /* the access log line is written */
     bool local_resp; /* answered by the proxy itself (cache status "-") */
     int status;
-    enum fwd_body body; /* framing towards the client */
+    enum fwd_body body; /* pass: framing towards the client */
     uint64_t body_bytes;
+    const struct conn_responder *resp; /* answering the current request; NULL: none (yet) */
+
+    /* The pass-through path (conn_pass.c). */
     struct resolver_query *rq; /* owns while RESOLVE */
     struct upstream *up;       /* owns while UPSTREAM/STREAM */
 
@@ -121,21 +127,51 @@ struct conn {
 
 extern const char *const conn_state_names[];
 
+/*
+ * A way of answering an admitted request. conn.c calls begin() once the request is handed to it,
+ * step() from the driver in the responder's states (CONN_STATES above) and whenever the driver
+ * runs (after I/O, a kick), and reset() once the request ends, however it ends (response done,
+ * local response, cut, hand-over, close). A responder moves the request on with the service
+ * API below; it ends it with conn_response_done(), conn_local_response(), conn_response_cut()
+ * or conn_close(). A third way of answering is a new responder (its own file and states), not
+ * a new branch in conn.c.
+ */
+struct conn_responder {
+    const char *name;
+    /* Takes the current request: sets the responder's first state and starts its work. */
+    void (*begin)(struct conn *c);
+    /* One step in the responder's states; true if it made progress (the driver steps again). */
+    bool (*step)(struct conn *c);
+    /* Drops the responder's state of the current request (watchers, queries, refs). */
+    void (*reset)(struct conn *c);
+};
+
+extern const struct conn_responder conn_pass_responder;  /* conn_pass.c */
+extern const struct conn_responder conn_cache_responder; /* conn_cache.c */
+
+/* ---- the service API of conn.c, for the responders ---- */
+
+/* The one setter of c->state: asserts that the transition is legal, logs it at debug level. */
 void conn_set_state(struct conn *c, enum conn_state st);
 void conn_close(struct conn *c);
 /* Steps while progress is made, writes what is queued, recomputes interest and timer. */
 void conn_drive(struct conn *c);
+/* Watcher interest and the timer, recomputed from the state and buffers (after a responder
+ * changed <out> from a callback of its own, outside the driver). */
 void conn_update_io(struct conn *c);
 void conn_update_timer(struct conn *c);
 /* Queues a proxy-made response and finishes the request. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra);
 /* The response is fully queued: next request, or close once flushed. */
 void conn_response_done(struct conn *c);
-/* Forwards the request uncached (resolve or override, then upstream). */
-void conn_forward_begin(struct conn *c);
+/* The response was cut short after its head went out: log it, close once <out> is written. */
+void conn_response_cut(struct conn *c);
+/* The current responder gives the request to <to> (reset, then to->begin): the cache path
+ * forwards an answer it cannot cache through the pass path. */
+void conn_hand_over(struct conn *c, const struct conn_responder *to);
 void conn_out_ensure(struct conn *c);
 
-/* conn_cache.c */
+/* conn_cache.c: conn_cache_responder's functions. */
 /* Starts serving the current request from the cache. */
 void conn_cache_begin(struct conn *c);
 /* One step in CONN_S_CACHE_HEAD / CONN_S_CACHE_BODY; true if it made progress. */

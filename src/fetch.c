@@ -41,9 +41,9 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "cache.h"
 #include "config.h"
-#include "domains.h"
 #include "log.h"
 #include "origin.h"
 #include "range.h"
@@ -393,12 +393,10 @@ static bool follow_redirect(struct fetch *f)
     struct h1_authority auth;
     if (h1_authority_parse(authority, strlen(authority), &auth) < 0)
         return false;
-    if (auth.is_ip && !g_cfg->allow_private)
-        return false;
     const struct domains *d = fctx->domains != NULL ? *fctx->domains : NULL;
-    if (domains_identify(d, auth.host, f->ua, f->ua ? strlen(f->ua) : 0, g_cfg->steam_user_agent) ==
-            NULL &&
-        !g_cfg->allow_unlisted)
+    struct admit_result adm;
+    admit_host(g_cfg, d, &auth, f->ua, f->ua ? strlen(f->ua) : 0, ADMIT_REDIRECT, &adm);
+    if (!adm.allow)
         return false;
     size_t plen = strcspn(path, "#");
     struct origin_req o;
@@ -815,28 +813,28 @@ static void fetch_connect(struct fetch *f)
     free(head); /* upstream_start copied it */
 }
 
-static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
-    if (err != 0) {
-        log_info("fetch#%u: cannot resolve %s: %s", f->id, f->host, strerror(-err));
-        fetch_finish(f, CHUNK_FAIL_ORIGIN);
-        return;
-    }
-    const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
-    if (pick != NULL) {
-        f->addr = *pick;
+    if (err == 0) {
+        f->addr = *addr;
         f->have_addr = true;
         fetch_connect(f);
         return;
     }
-    log_info("fetch#%u: %s resolves to a private address: refused", f->id, f->host);
-    g_stats.forbidden++;
-    /* A redirect's target failing the checks is not followed: the client gets the redirect
-     * itself, uncached (docs/interfaces.md, "Requests to origins"). */
-    fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_FORBIDDEN);
+    if (err == -EACCES) {
+        log_info("fetch#%u: %s resolves to a private address: refused", f->id, f->host);
+        g_stats.forbidden++;
+        /* A redirect's target failing the checks is not followed: the client gets the redirect
+         * itself, uncached (docs/interfaces.md, "Requests to origins"). */
+        fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_FORBIDDEN);
+        return;
+    }
+    if (err != -EINVAL)
+        log_info("fetch#%u: cannot resolve %s: %s", f->id, f->host, strerror(-err));
+    fetch_finish(f, CHUNK_FAIL_ORIGIN);
 }
 
 /* The request head around its Range field: request line and Host before, the rest after. */
@@ -973,7 +971,7 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
      * waited before there was a head part to ask, so let them look again (fetch_want). */
     cache_chunk_poke(ck);
     if (route)
-        fetch_route(g, g->host_is_ip); /* (a failure at once lets go of head_ck) */
+        fetch_route(g, g->host_is_ip); /* (its failure, from the loop, lets go of head_ck) */
 }
 
 /*
@@ -1016,27 +1014,18 @@ void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
     start_head_part(ck, off, g, true);
 }
 
-/* To the override address, the IP literal, or through the resolver for f->host. */
+/* To the override address, the IP literal, or through the resolver for f->host (resolver_route:
+ * the answer always comes from the loop, never before this returns). */
 static void fetch_route(struct fetch *f, bool host_is_ip)
 {
+    ASSERT(f->rq == NULL);
     f->host_is_ip = host_is_ip;
     memset(&f->addr, 0, sizeof(f->addr));
     f->have_addr = false; /* until routed (a redirect re-routes: fetch_split must not copy it) */
-    if (fctx->has_override) {
-        f->addr = fctx->override_addr;
-        f->have_addr = true;
-        fetch_connect(f);
-    } else if (host_is_ip) {
-        if (resolver_literal(f->host, f->port, &f->addr) < 0) {
-            fetch_finish(f, CHUNK_FAIL_ORIGIN);
-            return;
-        }
-        f->have_addr = true;
-        fetch_connect(f);
-    } else {
-        fetch_set_state(f, FETCH_S_RESOLVE);
-        f->rq = resolver_query(fctx->resolver, f->host, f->port, on_resolved, f);
-    }
+    fetch_set_state(f, FETCH_S_RESOLVE);
+    f->rq = resolver_route(fctx->resolver, f->host, host_is_ip, f->port,
+                           fctx->has_override ? &fctx->override_addr : NULL, g_cfg->allow_private,
+                           on_routed, f);
 }
 
 static bool fetch_split(struct chunk *ck, uint64_t off)

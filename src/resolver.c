@@ -8,6 +8,8 @@
  * every completion, even a cache hit, goes through the ready list and the zero-delay defer timer,
  * so callbacks never fire inside resolver_query() nor inside c-ares (which may call back
  * synchronously). Entries are freed by a sweep when the table grows, or by resolver_free().
+ * A route (resolver_route) is a query whose answer is checked when delivered (resolver_pick), or,
+ * for an override or an IP literal, a query put on the ready list at once with its one address.
  */
 #include "resolver.h"
 
@@ -39,8 +41,11 @@ struct resolver_query {
     struct rentry *entry;        /* borrows; NULL once moved to the ready list */
     struct resolver_query *next; /* in entry->waiters or r->ready */
     struct resolver_query **pprev;
-    resolver_fn *cb;
+    resolver_fn *cb;             /* a look-up's; NULL for a route */
+    resolver_route_fn *route_cb; /* a route's; NULL for a look-up */
     void *arg;
+    bool allow_private; /* a route: the private-address check of the answer */
+    bool routed;        /* a route known at once (override, literal): no check of addrs[0] */
     uint16_t port;
     int err; /* the result, copied when released */
     size_t n;
@@ -144,6 +149,16 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
     ev_io_start(r->loop, &s->io);
 }
 
+/* Appends <q> (its result set) to the ready list and arms the defer timer. */
+static void ready_push(struct resolver *r, struct resolver_query *q)
+{
+    q->pprev = r->ready_tail;
+    *r->ready_tail = q;
+    r->ready_tail = &q->next;
+    if (!r->freeing && !ev_is_active(&r->defer))
+        ev_timer_start(r->loop, &r->defer);
+}
+
 /* Moves every waiter of <e> to the ready list and arms the defer timer. */
 static void entry_release_waiters(struct resolver *r, struct rentry *e)
 {
@@ -163,12 +178,8 @@ static void entry_release_waiters(struct resolver *r, struct rentry *e)
             else
                 ((struct sockaddr_in6 *)&q->addrs[i])->sin6_port = htons(q->port);
         }
-        q->pprev = r->ready_tail;
-        *r->ready_tail = q;
-        r->ready_tail = &q->next;
+        ready_push(r, q);
     }
-    if (r->ready != NULL && !r->freeing && !ev_is_active(&r->defer))
-        ev_timer_start(r->loop, &r->defer);
 }
 
 static int map_ares_err(int status)
@@ -240,6 +251,21 @@ static struct rentry *entry_find(struct resolver *r, const char *host)
     return NULL;
 }
 
+/* A route's answer: the checked address, or why there is none. */
+static void deliver_route(struct resolver_query *q)
+{
+    if (q->err != 0) {
+        q->route_cb(q->arg, q->err, NULL);
+        return;
+    }
+    const struct sockaddr_storage *pick =
+        q->routed ? &q->addrs[0] : resolver_pick(q->addrs, q->n, q->allow_private);
+    if (pick == NULL)
+        q->route_cb(q->arg, -EACCES, NULL);
+    else
+        q->route_cb(q->arg, 0, pick);
+}
+
 static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
@@ -255,7 +281,10 @@ static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
         else
             r->ready_tail = &r->ready;
         q->magic = 0;
-        q->cb(q->arg, q->err, q->addrs, q->err == 0 ? q->n : 0);
+        if (q->route_cb != NULL)
+            deliver_route(q);
+        else
+            q->cb(q->arg, q->err, q->addrs, q->err == 0 ? q->n : 0);
         free(q);
     }
 }
@@ -392,6 +421,39 @@ struct resolver_query *resolver_query(struct resolver *r, const char *host, uint
         ares_getaddrinfo(r->channel, host, NULL, &hints, on_addrinfo, e);
         rearm_timeout(r);
     }
+    return q;
+}
+
+struct resolver_query *resolver_route(struct resolver *r, const char *host, bool host_is_ip,
+                                      uint16_t port, const struct sockaddr_storage *override,
+                                      bool allow_private, resolver_route_fn *cb, void *arg)
+{
+    CHECK_OBJ(r, RESOLVER_MAGIC);
+    ASSERT(cb != NULL);
+    if (override == NULL && !host_is_ip) {
+        struct resolver_query *q = resolver_query(r, host, port, NULL, arg);
+        q->route_cb = cb;
+        q->allow_private = allow_private;
+        return q;
+    }
+    /* Known at once: the answer still goes through the ready list (never a callback before
+     * this returns). */
+    struct resolver_query *q = xcalloc(1, sizeof(*q));
+    q->magic = RQUERY_MAGIC;
+    q->r = r;
+    q->route_cb = cb;
+    q->arg = arg;
+    q->port = port;
+    q->routed = true;
+    if (override != NULL) {
+        q->addrs[0] = *override;
+        q->n = 1;
+    } else if (resolver_literal(host, port, &q->addrs[0]) == 0) {
+        q->n = 1;
+    } else {
+        q->err = -EINVAL;
+    }
+    ready_push(r, q);
     return q;
 }
 

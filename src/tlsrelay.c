@@ -33,8 +33,8 @@
 
 #include <ev.h>
 
+#include "admit.h"
 #include "config.h"
-#include "domains.h"
 #include "log.h"
 #include "resolver.h"
 #include "stats.h"
@@ -480,24 +480,23 @@ static void on_connected(struct relay *r)
 
 /* ---- RESOLVE ------------------------------------------------------------------------------ */
 
-static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
 {
     struct relay *r = arg;
     CHECK_OBJ(r, RELAY_MAGIC);
     r->rq = NULL;
     ASSERT(r->phase == PH_RESOLVE);
-    if (err != 0) {
+    if (err == 0) {
+        relay_connect(r, addr);
+    } else if (err == -EACCES) {
+        log_info("tls#%u %s: %s resolves to a private address: refused", r->id, r->peer,
+                 r->sni.host);
+        relay_close(r, OUT_PRIVATE);
+    } else if (err == -EINVAL) {
+        relay_close(r, OUT_MALFORMED);
+    } else {
         log_info("tls#%u %s: cannot resolve %s: %s", r->id, r->peer, r->sni.host, strerror(-err));
         relay_close(r, OUT_RESOLVE);
-    } else {
-        const struct sockaddr_storage *pick = resolver_pick(addrs, n, g_cfg->allow_private);
-        if (pick == NULL) {
-            log_info("tls#%u %s: %s resolves to a private address: refused", r->id, r->peer,
-                     r->sni.host);
-            relay_close(r, OUT_PRIVATE);
-        } else {
-            relay_connect(r, pick);
-        }
     }
     relay_done(r);
 }
@@ -508,31 +507,30 @@ static void on_resolved(void *arg, int err, const struct sockaddr_storage *addrs
 static void relay_route(struct relay *r)
 {
     const struct tlshello_sni *s = &r->sni;
-    if (s->is_ip && !g_cfg->allow_private) {
+    struct h1_authority auth;
+    memset(&auth, 0, sizeof(auth));
+    snprintf(auth.host, sizeof(auth.host), "%s", s->host);
+    snprintf(auth.ident, sizeof(auth.ident), "%s", s->host);
+    auth.port = RELAY_PORT;
+    auth.is_ip = s->is_ip;
+    struct admit_result adm;
+    admit_host(g_cfg, *rctx->domains, &auth, NULL, 0, ADMIT_TLS, &adm);
+    if (adm.reason == ADMIT_R_IP_LITERAL) {
         log_info("tls#%u %s: IP-literal server name %s refused", r->id, r->peer, s->host);
         relay_close(r, OUT_IP_LITERAL);
         return;
     }
-    if (domains_match(*rctx->domains, s->host) == NULL && !g_cfg->allow_unlisted) {
+    if (!adm.allow) {
         log_info("tls#%u %s: server name %s not in the cache-domains lists", r->id, r->peer,
                  s->host);
         relay_close(r, OUT_UNLISTED);
         return;
     }
     set_io(&r->cio, &r->cev, r->cfd, 0); /* nothing more is read until the origin answers */
-    if (rctx->has_override) {
-        relay_connect(r, &rctx->override_addr);
-    } else if (s->is_ip) {
-        struct sockaddr_storage ss;
-        if (resolver_literal(s->host, RELAY_PORT, &ss) < 0) {
-            relay_close(r, OUT_MALFORMED);
-            return;
-        }
-        relay_connect(r, &ss);
-    } else {
-        r->phase = PH_RESOLVE;
-        r->rq = resolver_query(rctx->resolver, s->host, RELAY_PORT, on_resolved, r);
-    }
+    r->phase = PH_RESOLVE;
+    r->rq = resolver_route(rctx->resolver, s->host, s->is_ip, RELAY_PORT,
+                           rctx->has_override ? &rctx->override_addr : NULL, g_cfg->allow_private,
+                           on_routed, r);
 }
 
 static void relay_read_hello(struct relay *r)

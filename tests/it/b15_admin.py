@@ -395,6 +395,14 @@ class Admin(H.CPTestCase):
         r, body = self.purge(s, host="z.steamcontent.com", headers=[("User-Agent", STEAM_UA)])
         self.assertEqual((r.status, body), (200, "purged 1\n"))
 
+    def test_purge_ip_literal_host_has_no_identifier_without_allow_private(self):
+        # as for a client request (refused: nothing is stored under it), the host names no object
+        self.start({"upstream": {"allow_private": "no"}})
+        r, body = self.purge("/b15/ip/x", host="192.168.1.5")
+        self.assertStatus(r, 404)
+        self.assertIn("identifier", body)
+        self.assertEqual(self.purge("/b15/ip/x?identifier=192.168.1.5")[1], "purged 0\n")
+
     # routing, methods, connections -----------------------------------------------------------
     def test_admin_endpoints_not_on_listen(self):
         d = self.start()

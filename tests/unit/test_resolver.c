@@ -268,6 +268,7 @@ static size_t put_rr(unsigned char *p, uint16_t type, uint32_t ttl, const void *
  *   ok.test, ok2.test, slow.test   A 127.0.0.1
  *   mixed.test                     A 127.0.0.2, AAAA ::2
  *   v6only.test                    AAAA ::1 (A: no data)
+ *   public.test                    A 10.0.0.1, AAAA 2606:4700::1111 (a private and a public one)
  *   nodata.test                    no data for either type
  *   fail.test                      SERVFAIL
  *   anything else                  NXDOMAIN
@@ -321,6 +322,16 @@ static void srv_answer(struct dns_srv *s, const unsigned char *q, size_t qlen,
             an++;
         } else if (type == T_AAAA) {
             o += put_rr(r + o, T_AAAA, s->ttl, six2, 16);
+            an++;
+        }
+    } else if (strcmp(name, "public.test") == 0) {
+        static const unsigned char ten[4] = {10, 0, 0, 1};
+        static const unsigned char pub6[16] = {0x26, 0x06, 0x47, 0x00, [14] = 0x11, [15] = 0x11};
+        if (type == T_A) {
+            o += put_rr(r + o, T_A, s->ttl, ten, 4);
+            an++;
+        } else if (type == T_AAAA) {
+            o += put_rr(r + o, T_AAAA, s->ttl, pub6, 16);
             an++;
         }
     } else if (strcmp(name, "v6only.test") == 0) {
@@ -912,6 +923,153 @@ static void test_resolver_new_system_dns_then_free(void **state)
     config_free(&cfg);
 }
 
+/* ---- resolver_route ---- */
+
+struct route_res {
+    int fired;
+    bool sync; /* fired inside resolver_route() */
+    int err;
+    bool has_addr;
+    struct sockaddr_storage addr;
+};
+
+static void on_route(void *arg, int err, const struct sockaddr_storage *addr)
+{
+    struct route_res *r = arg;
+    r->fired++;
+    r->sync |= g_in_query;
+    r->err = err;
+    r->has_addr = addr != NULL;
+    if (addr != NULL)
+        r->addr = *addr;
+}
+
+static struct resolver_query *route(struct fx *f, const char *host, bool is_ip, uint16_t port,
+                                    const struct sockaddr_storage *override, bool allow_private,
+                                    struct route_res *r)
+{
+    g_in_query = true;
+    struct resolver_query *q =
+        resolver_route(f->r, host, is_ip, port, override, allow_private, on_route, r);
+    g_in_query = false;
+    assert_non_null(q);
+    assert_int_equal(r->fired, 0); /* never before it returns */
+    return q;
+}
+
+/* Delivered once, from the loop, with an address (or none when <err>). */
+static void assert_routed(struct fx *f, struct route_res *r, int err)
+{
+    RUN_UNTIL(f, r->fired > 0);
+    run_iterations(f, 2);
+    assert_int_equal(r->fired, 1);
+    assert_false(r->sync);
+    assert_int_equal(r->err, err);
+    assert_int_equal(r->has_addr, err == 0);
+}
+
+static void test_resolver_route_override_used_as_is_without_dns(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage ov;
+    assert_int_equal(resolver_literal("127.0.0.9", 3128, &ov), 0);
+    struct route_res r = {0};
+    /* private, and allow_private off: the operator's override is not checked */
+    route(f, "ok.test", false, 80, &ov, false, &r);
+    assert_routed(f, &r, 0);
+    assert_v4(&r.addr, "127.0.0.9", 3128);
+    assert_int_equal(f->srv.n_pkts, 0);
+    assert_int_equal(g_stats.dns_queries, 0);
+}
+
+static void test_resolver_route_ip_literal_used_as_is_without_dns(void **state)
+{
+    struct fx *f = *state;
+    struct route_res a = {0}, b = {0};
+    route(f, "10.1.2.3", true, 8080, NULL, false, &a);
+    route(f, "::1", true, 81, NULL, false, &b);
+    assert_routed(f, &a, 0);
+    assert_routed(f, &b, 0);
+    assert_v4(&a.addr, "10.1.2.3", 8080);
+    assert_v6(&b.addr, "::1", 81);
+    assert_int_equal(f->srv.n_pkts, 0);
+}
+
+static void test_resolver_route_not_a_literal_einval_deferred(void **state)
+{
+    struct fx *f = *state;
+    struct route_res r = {0};
+    route(f, "ok.test", true, 80, NULL, true, &r);
+    assert_routed(f, &r, -EINVAL);
+    assert_int_equal(f->srv.n_pkts, 0);
+}
+
+static void test_resolver_route_private_answer_refused_eacces(void **state)
+{
+    struct fx *f = *state;
+    struct route_res a = {0}, b = {0};
+    route(f, "ok.test", false, 80, NULL, false, &a);
+    assert_routed(f, &a, -EACCES);
+    route(f, "mixed.test", false, 80, NULL, false, &b); /* every address private */
+    assert_routed(f, &b, -EACCES);
+}
+
+static void test_resolver_route_private_answer_allowed_with_allow_private(void **state)
+{
+    struct fx *f = *state;
+    struct route_res r = {0};
+    route(f, "ok.test", false, 8080, NULL, true, &r);
+    assert_routed(f, &r, 0);
+    assert_v4(&r.addr, "127.0.0.1", 8080);
+}
+
+static void test_resolver_route_picks_the_first_public_address(void **state)
+{
+    struct fx *f = *state;
+    struct route_res a = {0}, b = {0};
+    route(f, "public.test", false, 80, NULL, false, &a);
+    assert_routed(f, &a, 0);
+    assert_v6(&a.addr, "2606:4700::1111", 80);
+    route(f, "public.test", false, 80, NULL, true, &b); /* cached: the first one */
+    assert_routed(f, &b, 0);
+    assert_v4(&b.addr, "10.0.0.1", 80);
+}
+
+static void test_resolver_route_dns_failure_passed_on(void **state)
+{
+    struct fx *f = *state;
+    struct route_res a = {0}, b = {0};
+    route(f, "nx.test", false, 80, NULL, true, &a);
+    assert_routed(f, &a, -ENOENT);
+    route(f, "fail.test", false, 80, NULL, true, &b);
+    assert_routed(f, &b, -EIO);
+}
+
+static void test_resolver_route_cancel_never_fires(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage ov;
+    assert_int_equal(resolver_literal("127.0.0.9", 3128, &ov), 0);
+    struct route_res a = {0}, b = {0}, c = {0}, d = {0};
+    struct resolver_query *qa = route(f, "x.test", false, 80, &ov, false, &a); /* at once */
+    struct resolver_query *qb = route(f, "10.0.0.1", true, 80, NULL, false, &b);
+    f->srv.hold = true;
+    struct resolver_query *qc = route(f, "ok.test", false, 80, NULL, true, &c); /* pending */
+    route(f, "10.0.0.2", true, 80, NULL, false, &d);                            /* the one left */
+    resolver_cancel(&qa);
+    resolver_cancel(&qc);
+    assert_null(qa);
+    assert_null(qc);
+    RUN_UNTIL(f, f->srv.n_held > 0);
+    srv_release(&f->srv);
+    assert_routed(f, &d, 0);
+    assert_routed(f, &b, 0);
+    (void)qb; /* delivered: the handle is freed (a caller clears its copy in the callback) */
+    run_iterations(f, 5);
+    assert_int_equal(a.fired, 0);
+    assert_int_equal(c.fired, 0);
+}
+
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
 int main(void)
@@ -941,6 +1099,14 @@ int main(void)
         FX(test_resolver_free_with_pending_queries_no_callbacks),
         cmocka_unit_test(test_resolver_free_null_is_noop),
         FX(test_resolver_new_system_dns_then_free),
+        FX(test_resolver_route_override_used_as_is_without_dns),
+        FX(test_resolver_route_ip_literal_used_as_is_without_dns),
+        FX(test_resolver_route_not_a_literal_einval_deferred),
+        FX(test_resolver_route_private_answer_refused_eacces),
+        FX(test_resolver_route_private_answer_allowed_with_allow_private),
+        FX(test_resolver_route_picks_the_first_public_address),
+        FX(test_resolver_route_dns_failure_passed_on),
+        FX(test_resolver_route_cancel_never_fires),
         /* Last: under "make asan" (UBSan halt_on_error) its signed overflow aborts the binary. */
         FX(test_resolver_query_ttl_over_24_days_cached_one_hour),
     };

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * conn_pass: the pass-through responder (part of the conn module, see conn_int.h): the request
+ * is forwarded to its origin uncached and the answer streamed back as it comes.
+ *
+ * | state    | waits for                                                 | driven by          |
+ * |----------|-----------------------------------------------------------|--------------------|
+ * | RESOLVE  | the origin's address (resolver_route: override, literal   | on_routed          |
+ * |          | or look-up; always from the loop)                         |                    |
+ * | UPSTREAM | the origin's response head                                | sink_head          |
+ * | STREAM   | body bytes from upstream, or room in <out> to take them   | sink_body/sink_done|
+ *
+ * The resolver's and upstream's callbacks drive this path; the conn driver's step only lets the
+ * origin send again once <out> drained below half (back-pressure: sink_body takes what fits,
+ * upstream pauses until upstream_resume). Errors before the head become a local 502/504 (403
+ * for a private origin address); after the head, the response is cut (conn_response_cut).
+ * Used for requests with Authorization (BYPASS), HEAD requests of objects not stored, and
+ * answers the cache hands over (uncacheable ones, see conn_cache.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+
+#include "config.h"
+#include "conn_int.h"
+#include "forward.h"
+#include "http1.h"
+#include "log.h"
+#include "resolver.h"
+#include "stats.h"
+#include "upstream.h"
+#include "util.h"
+
+extern const struct config *g_cfg;
+
+static void sink_head(void *arg, const char *buf, const struct h1_resp *resp);
+static size_t sink_body(void *arg, const char *data, size_t len);
+static void sink_done(void *arg, enum up_err err);
+
+static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
+
+static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
+{
+    static char head[CONN_UPHEAD];
+    struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
+    size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
+    if (n == 0) {
+        conn_local_response(c, 431, true, NULL);
+        return;
+    }
+    struct upstream_req ur;
+    memset(&ur, 0, sizeof(ur));
+    ur.addr = *addr;
+    ur.head = head;
+    ur.head_len = n;
+    ur.method = c->req.method;
+    conn_set_state(c, CONN_S_UPSTREAM);
+    c->up = upstream_start(c->ctx->loop, c->ctx->upool, &ur, &conn_sink, c);
+}
+
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    c->rq = NULL;
+    if (c->state == CONN_S_CLOSING)
+        return;
+    if (err == 0) {
+        start_upstream(c, addr);
+    } else if (err == -EACCES) {
+        log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
+                 c->auth.host);
+        g_stats.forbidden++;
+        conn_local_response(c, 403, false, NULL);
+    } else if (err == -EINVAL) {
+        conn_local_response(c, 400, true, NULL); /* (h1_authority_parse let no such literal by) */
+    } else {
+        log_info("conn#%u %s: cannot resolve %s: %s", c->id, c->peer, c->auth.host, strerror(-err));
+        conn_local_response(c, 502, false, NULL);
+    }
+    conn_update_io(c);
+    conn_update_timer(c);
+}
+
+static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    if (c->state == CONN_S_CLOSING)
+        return;
+    conn_out_ensure(c);
+    buf_compact(&c->out);
+    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
+                              c->head_req, c->keep_alive && !c->draining};
+    /* Keep room after the head for a chunked body's framing and its last-chunk. */
+    size_t room = buf_room(&c->out) > 32 ? buf_room(&c->out) - 32 : 0;
+    size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, room);
+    if (n == 0) {
+        log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
+        conn_close(c);
+        return;
+    }
+    c->out.last += n;
+    c->status = resp->status;
+    if (c->body == FWD_BODY_CLOSE || !o.keep_alive)
+        c->keep_alive = false;
+    conn_set_state(c, CONN_S_STREAM);
+    conn_update_io(c);
+}
+
+static size_t sink_body(void *arg, const char *data, size_t len)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    if (c->state != CONN_S_STREAM)
+        return 0;
+    if (c->body == FWD_BODY_NONE)
+        return len; /* HEAD: the origin should send nothing; drop it */
+    size_t taken = 0;
+    if (c->body == FWD_BODY_CHUNKED) {
+        /* Re-chunk into <out>, keeping room for the last-chunk "0\r\n\r\n". */
+        buf_compact(&c->out);
+        size_t room = buf_room(&c->out);
+        if (room <= 12 + 5)
+            return 0;
+        size_t n = len < room - 12 - 5 ? len : room - 12 - 5;
+        int k = snprintf(c->out.last, room, "%zx\r\n", n);
+        c->out.last += k;
+        memcpy(c->out.last, data, n);
+        c->out.last += n;
+        memcpy(c->out.last, "\r\n", 2);
+        c->out.last += 2;
+        taken = n;
+    } else {
+        if (buf_len(&c->out) == 0) {
+            /* Nothing queued before: write straight from the upstream buffer, no copy. */
+            ssize_t n;
+            do {
+                n = send(c->fd, data, len, MSG_NOSIGNAL);
+            } while (n < 0 && errno == EINTR);
+            if (n < 0 && errno != EAGAIN) {
+                log_debug("conn#%u %s: send: %s", c->id, c->peer, strerror(errno));
+                g_stats.client_reset++;
+                conn_close(c);
+                return 0;
+            }
+            if (n > 0) {
+                taken = (size_t)n;
+                c->last_write = ev_now(c->ctx->loop);
+            }
+        }
+        if (taken < len)
+            taken += buf_append(&c->out, data + taken, len - taken);
+    }
+    c->body_bytes += taken;
+    if (c->bypass)
+        g_stats.bytes_bypass += taken;
+    else
+        g_stats.bytes_miss += taken;
+    conn_update_io(c);
+    conn_update_timer(c);
+    return taken;
+}
+
+static void sink_done(void *arg, enum up_err err)
+{
+    struct conn *c = arg;
+    CHECK_OBJ(c, CONN_MAGIC);
+    c->up = NULL;
+    if (c->state == CONN_S_CLOSING)
+        return;
+    if (err == UP_OK) {
+        if (c->body == FWD_BODY_CHUNKED && buf_append(&c->out, "0\r\n\r\n", 5) != 5) {
+            /* Cannot happen while sink_head and sink_body keep their room; never trust it. */
+            log_warn("conn#%u %s: no room for the last chunk: closing", c->id, c->peer);
+            conn_close(c);
+            return;
+        }
+        if (c->body == FWD_BODY_CLOSE)
+            c->keep_alive = false;
+        conn_response_done(c);
+    } else if (c->state == CONN_S_UPSTREAM) {
+        int status =
+            (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504 : 502;
+        /* upstream logs its failures at debug level only: this layer decides, so it says why */
+        log_info("conn#%u %s: origin %s: %s: answering %d", c->id, c->peer, c->auth.host,
+                 upstream_strerror(err), status);
+        conn_local_response(c, status, false, NULL);
+    } else {
+        /* Failure after the head went out: the client sees a short body, then the close. */
+        log_info("conn#%u %s: origin failed mid-body after %llu bytes: closing", c->id, c->peer,
+                 (unsigned long long)c->body_bytes);
+        conn_response_cut(c);
+    }
+    conn_update_io(c);
+    conn_update_timer(c);
+}
+
+static void pass_begin(struct conn *c)
+{
+    c->cached = false;
+    conn_set_state(c, CONN_S_RESOLVE);
+    c->rq = resolver_route(c->ctx->resolver, c->auth.host, c->auth.is_ip, c->auth.port,
+                           c->ctx->has_override ? &c->ctx->override_addr : NULL,
+                           g_cfg->allow_private, on_routed, c);
+}
+
+static bool pass_step(struct conn *c)
+{
+    /* <out> may have drained (the driver wrote it): let the origin send again. */
+    if (c->state == CONN_S_STREAM && c->up != NULL && buf_len(&c->out) < CONN_OUTBUF / 2)
+        upstream_resume(c->up);
+    return false;
+}
+
+static void pass_reset(struct conn *c)
+{
+    resolver_cancel(&c->rq);
+    upstream_cancel(&c->up);
+    c->body = FWD_BODY_NONE;
+}
+
+const struct conn_responder conn_pass_responder = {"pass", pass_begin, pass_step, pass_reset};
