@@ -36,6 +36,7 @@
 #include "config.h"
 #include "log.h"
 #include "origin.h"
+#include "resolver.h"
 #include "stats.h"
 #include "upool.h"
 #include "upstream.h"
@@ -301,7 +302,7 @@ struct fx {
     struct config *cfg;
     struct cache *cache;
     struct upool *pool;
-    const struct domains *domains; /* none: allow_unlisted decides */
+    struct resolver *resolver; /* routes through the override: never asked a name */
     struct fetch_ctx fctx;
     struct origin_srv srv;
 };
@@ -323,10 +324,11 @@ static int fx_setup(void **state)
     assert_non_null(f->loop);
     snprintf(f->dir, sizeof(f->dir), "/tmp/test_fetch.XXXXXX");
     assert_non_null(mkdtemp(f->dir));
-    snprintf(text, sizeof(text),
-             "[server]\nlisten=127.0.0.1:1\n[cache]\ndir=%s\nchunk_size=256K\nmemory_size=16M\n"
-             "min_free=0\n[upstream]\nreadahead=4\n[domains]\nallow_unlisted=yes\n",
-             f->dir);
+    snprintf(
+        text, sizeof(text),
+        "[server]\nlisten=127.0.0.1:1\n[cache]\ndir=%s\nchunk_size=256K\nmemory_size=16M\n"
+        "min_free=0\n[upstream]\nreadahead=4\ndns=127.0.0.1:1\n[domains]\nallow_unlisted=yes\n",
+        f->dir);
     if (config_load_string("t", text, &f->cfg, err, sizeof(err)) != 0)
         fail_msg("config: %s", err);
     g_cfg = f->cfg;
@@ -334,12 +336,15 @@ static int fx_setup(void **state)
     if (f->cache == NULL)
         fail_msg("cache_new: %s", err);
     f->pool = upool_new(f->loop);
+    f->resolver = resolver_new(f->loop, f->cfg, err, sizeof(err));
+    if (f->resolver == NULL)
+        fail_msg("resolver_new: %s", err);
     srv_start(&f->srv);
     f->fctx.loop = f->loop;
     f->fctx.upool = f->pool;
+    f->fctx.resolver = f->resolver;
     f->fctx.has_override = true; /* every origin is the scripted one */
     memcpy(&f->fctx.override_addr, &f->srv.addr, sizeof(f->srv.addr));
-    f->fctx.domains = &f->domains;
     f->fctx.cache = f->cache;
     fetch_module_init(&f->fctx);
     ev_timer_init(&f->tick, on_tick, 0.01, 0.01);
@@ -390,6 +395,7 @@ static int fx_teardown(void **state)
     cache_free(&f->cache);
     assert_int_equal(cache_live_chunks(), 0);
     upool_free(&f->pool);
+    resolver_free(&f->resolver);
     srv_stop(&f->srv);
     ev_timer_stop(f->loop, &f->tick);
     ev_loop_destroy(f->loop);
