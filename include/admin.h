@@ -17,12 +17,10 @@
 struct ev_loop;
 struct cfg_addr;
 struct cache;
-struct domains;
 
 struct admin_ctx {
     struct ev_loop *loop;
     struct cache *cache;
-    const struct domains *const *domains; /* the current lists (main swaps them on reload) */
 };
 
 /* Listens on <addr>. Returns 0, or -1 with a reason in <err>. <ctx> is borrowed for life. */

@@ -18,7 +18,6 @@
 struct ev_loop;
 struct resolver;
 struct upool;
-struct domains;
 struct cache;
 
 /* What every connection borrows; owned by main. */
@@ -26,9 +25,8 @@ struct conn_ctx {
     struct ev_loop *loop;
     struct resolver *resolver;
     struct upool *upool;
-    const struct domains *domains; /* cache-domains lists, NULL when none are configured */
-    struct cache *cache;           /* the chunk cache; NULL: forward everything uncached */
-    bool has_override;             /* [upstream] override: every request goes to override_addr */
+    struct cache *cache; /* the chunk cache; NULL: forward everything uncached */
+    bool has_override;   /* [upstream] override: every request goes to override_addr */
     struct sockaddr_storage override_addr;
     void (*on_closed)(void); /* after a conn is freed (server re-enables accepting) */
 };

@@ -44,7 +44,6 @@ struct cache;
 struct chunk;
 
 /* The loop-wide context the fetches use; set once by main. */
-struct domains;
 
 struct fetch_ctx {
     struct ev_loop *loop;
@@ -52,7 +51,6 @@ struct fetch_ctx {
     struct upool *upool;
     bool has_override;
     struct sockaddr_storage override_addr;
-    const struct domains *const *domains; /* the current lists, for redirect targets */
     struct cache *cache; /* the cache whose disk misses the fetches fill (may be NULL) */
 };
 

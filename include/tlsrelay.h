@@ -31,15 +31,13 @@
 
 struct ev_loop;
 struct resolver;
-struct domains;
 struct config;
 
 /* What every relay borrows; owned by main, which keeps it alive until tlsrelay_fini(). */
 struct tlsrelay_ctx {
     struct ev_loop *loop;
     struct resolver *resolver;
-    const struct domains *const *domains; /* the current lists (main swaps them on reload) */
-    bool has_override;                    /* [tls] override: every relay goes to override_addr */
+    bool has_override; /* [tls] override: every relay goes to override_addr */
     struct sockaddr_storage override_addr;
     void (*on_closed)(void); /* after a relay is freed (server resumes accepting, shutdown) */
 };

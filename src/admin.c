@@ -383,7 +383,7 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
             return;
         }
         const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
-        const struct domains *doms = actx->domains != NULL ? *actx->domains : NULL;
+        const struct domains *doms = g_domains;
         struct admit_result adm;
         admit_host(g_cfg, doms, &auth, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
                    ADMIT_PURGE, &adm);

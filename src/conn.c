@@ -313,8 +313,8 @@ static void handle_request(struct conn *c)
         return;
     }
     const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
-    admit_host(g_cfg, c->ctx->domains, &c->auth, ua ? h + ua->value.off : NULL,
-               ua ? ua->value.len : 0, ADMIT_REQUEST, &c->adm);
+    admit_host(g_cfg, g_domains, &c->auth, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
+               ADMIT_REQUEST, &c->adm);
     if (!c->adm.allow) {
         if (c->adm.reason == ADMIT_R_IP_LITERAL)
             log_info("conn#%u %s: IP-literal host %s refused", c->id, c->peer, c->auth.host);

@@ -393,7 +393,7 @@ static bool follow_redirect(struct fetch *f)
     struct h1_authority auth;
     if (h1_authority_parse(authority, strlen(authority), &auth) < 0)
         return false;
-    const struct domains *d = fctx->domains != NULL ? *fctx->domains : NULL;
+    const struct domains *d = g_domains;
     struct admit_result adm;
     admit_host(g_cfg, d, &auth, f->ua, f->ua ? strlen(f->ua) : 0, ADMIT_REDIRECT, &adm);
     if (!adm.allow)

@@ -140,7 +140,6 @@ static void publish(struct config *cfg, struct domains *d)
     }
     g_cfg = cfg;
     g_domains = d;
-    ctx.domains = d;
     g_log_level = (int)cfg->level;
 }
 
@@ -442,7 +441,6 @@ int main(int argc, char **argv)
     fctx.upool = ctx.upool;
     fctx.has_override = ctx.has_override;
     fctx.override_addr = ctx.override_addr;
-    fctx.domains = &g_domains;
     fctx.cache = ctx.cache;
     fetch_module_init(&fctx);
     conn_module_init(&ctx);
@@ -453,11 +451,9 @@ int main(int argc, char **argv)
     stats_provider_add(read_gauges, NULL);
     actx.loop = loop;
     actx.cache = ctx.cache;
-    actx.domains = &g_domains;
     if (cfg->n_tls_listen > 0) {
         tctx.loop = loop;
         tctx.resolver = ctx.resolver;
-        tctx.domains = &g_domains;
         tctx.on_closed = on_conn_closed;
         if (cfg->has_tls_override) {
             if (resolve_override(&cfg->tls_override, &tctx.override_addr) < 0) {

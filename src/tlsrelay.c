@@ -514,7 +514,7 @@ static void relay_route(struct relay *r)
     auth.port = RELAY_PORT;
     auth.is_ip = s->is_ip;
     struct admit_result adm;
-    admit_host(g_cfg, *rctx->domains, &auth, NULL, 0, ADMIT_TLS, &adm);
+    admit_host(g_cfg, g_domains, &auth, NULL, 0, ADMIT_TLS, &adm);
     if (adm.reason == ADMIT_R_IP_LITERAL) {
         log_info("tls#%u %s: IP-literal server name %s refused", r->id, r->peer, s->host);
         relay_close(r, OUT_IP_LITERAL);
