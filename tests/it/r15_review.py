@@ -3,7 +3,7 @@
 
 - The object key of an absolute-form request without a path ("GET http://host HTTP/1.1"):
   before the restructuring conn_cache built it by hand and overwrote the "\\n" separator with the
-  "/" ("ident/"), a key no other request could reach (and no PURGE, which built "ident\\n/").
+  "/" ("ident/"), a key no other request (nor any PURGE) could reach.
   cache_key_build() now makes it "ident\\n/", the key of "GET /". A behaviour change (a fix) of
   the merged restructuring: this test pins it. It passes on d9352ee and fails on 9f88209 (there
   the second request is a MISS and the origin is asked twice).
@@ -13,7 +13,8 @@
   "discard" flag stayed set until the fetch connected again, and fetch_hurry took the fill for
   an answer being read away that fails the chunk: nothing was asked, and the reader waited for
   the fill's own answer. A behaviour change (a fix), pinned here: passes on d9352ee, fails on
-  9f88209 (the reader's response never comes while the first answer is held)."""
+  9f88209 (the reader gets nothing while the fill's answer is held, then a 504 when that answer
+  times out)."""
 
 import harness as H
 from c06_head_part_waiters import HoldStarts
