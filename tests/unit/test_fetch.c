@@ -742,6 +742,82 @@ static void test_an_error_page_fails_the_chunk_to_be_forwarded(void **state)
     cache_chunk_unref(&ck);
 }
 
+/* Review coverage (issue 15): paths of the fetch state machine that peers drive (a 416 for a
+ * tail part, a redirect or an error page answering a two-part fill, a cut tail part), each with a
+ * reader asking for the bytes before its offset while it runs. They pass on d9352ee: they pin
+ * that no transition there is refused (an assert) and that the chunk ends as before. */
+
+/* Runs the loop until no fetch is left, saying at every turn that a reader waits for byte <want>
+ * of <ck> (as a client's wait_chunk does each time it is woken). */
+static void run_wanting(struct fx *f, struct chunk *ck, uint64_t want)
+{
+    for (int it = 0; it < 2000 && fetch_live() > 0; it++) {
+        if (cache_chunk_state(ck) == CHUNK_S_FILLING)
+            fetch_want(ck, want);
+        ev_run(f->loop, EVRUN_ONCE);
+    }
+    assert_int_equal(fetch_live(), 0);
+}
+
+static void test_a_tail_part_past_the_objects_end_leaves_the_chunk_to_its_head_part(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS + 100; /* chunk 1 holds 100 bytes: a reader at CS/2 is past the end */
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 1, CS / 2, &o, NULL);
+    assert_true(cache_chunk_is_split(ck));
+    RUN_UNTIL(f, fetch_live() == 0);
+    assert_chunk_bytes(f, ck, total); /* the 416 did not fail it: the head part filled it */
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+    assert_int_equal(reqs[0].a, CS + CS / 2);
+    assert_int_equal(reqs[1].a, CS);
+}
+
+static void test_a_redirected_two_part_fill_serves_a_reader_before_its_offset(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_REDIRECT, total);
+    struct origin_req o = origin_for("origin.test", "/r");
+    struct chunk *ck = read_chunk(f, 0, CS / 2, &o, NULL);
+    run_wanting(f, ck, 10);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    for (int i = 0; i < n; i++) /* every range asked lies inside the chunk */
+        assert_true(reqs[i].has_range && reqs[i].b < CS);
+}
+
+static void test_an_error_page_for_a_two_part_fill_fails_the_chunk_to_be_forwarded(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_404, CS);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, CS / 2, &o, NULL);
+    run_wanting(f, ck, 10);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck), CHUNK_FAIL_PASS);
+    cache_chunk_unref(&ck);
+}
+
+static void test_a_cut_tail_part_is_resumed_and_the_chunk_completes(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 2 * CS;
+    srv_script(&f->srv, SCRIPT_CUT_ONCE, total);
+    f->srv.cut = 1000;
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 1, CS / 2, &o, NULL);
+    run_wanting(f, ck, CS / 2);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    assert_int_equal(g_stats.fetch_resumed, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -759,6 +835,10 @@ int main(void)
         T(test_an_origin_without_ranges_fills_every_chunk_from_one_answer),
         T(test_a_failure_reaches_every_waiter),
         T(test_an_error_page_fails_the_chunk_to_be_forwarded),
+        T(test_a_tail_part_past_the_objects_end_leaves_the_chunk_to_its_head_part),
+        T(test_a_redirected_two_part_fill_serves_a_reader_before_its_offset),
+        T(test_an_error_page_for_a_two_part_fill_fails_the_chunk_to_be_forwarded),
+        T(test_a_cut_tail_part_is_resumed_and_the_chunk_completes),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
