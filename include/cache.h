@@ -94,10 +94,12 @@ uint64_t cache_chunk_size(const struct cache *c);
 /*
  * The fill layer, as the cache sees it: given once at start (the cache copies <f>). A disk lookup
  * that finds no usable file for a chunk a reader wants calls disk_miss(arg, ck, off, o): <ck> is
- * FILLING, in the table, with nothing committed and no filler yet (borrowed: the fill takes its
- * own refs); <off> is where in it that reader starts; <o> is the reader's origin (borrowed). It
- * is called from the cache's I/O completion, never from inside a cache_* call. Without a filler,
- * such a chunk fails (CHUNK_FAIL_PASS).
+ * FILLING, with nothing committed and no filler yet (borrowed: the fill takes its own refs). It
+ * is usually in the table; one purged or replaced (?nocache) while readers waited for its lookup
+ * is not: it is filled for those readers and not stored. <off> is where in it that reader
+ * starts; <o> is the reader's origin (borrowed). It is called from the cache's I/O completion,
+ * never from inside a cache_* call. Without a filler, or when every reader so far was a probe
+ * (HEAD, no origin), such a chunk fails (CHUNK_FAIL_PASS).
  */
 struct cache_filler {
     void (*disk_miss)(void *arg, struct chunk *ck, uint64_t off, const struct origin_req *o);
@@ -120,7 +122,8 @@ enum cache_lookup {
     CACHE_HIT,     /* sealed in memory */
     CACHE_JOINED,  /* being filled: this reader shares that fill */
     CACHE_LOADING, /* being looked up on disk for an earlier reader: wait on it */
-    CACHE_LOOKUP,  /* a disk lookup for this reader: on a disk miss the filler fills it */
+    CACHE_LOOKUP,  /* a disk lookup for this reader: on a disk miss the filler fills it (a probe's
+                      fails with CHUNK_FAIL_PASS, unless a later reader gave an origin) */
     CACHE_MISS,    /* in neither tier: a new FILLING chunk nobody fills yet: the caller starts
                       its fill (and counts as the one that started it) */
     CACHE_ABSENT   /* a probe (no origin) found it in neither tier: no chunk */

@@ -34,7 +34,6 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "http1.h"
 #include "origin.h"
 
 struct ev_loop;

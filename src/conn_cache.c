@@ -145,6 +145,8 @@ static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
  * may fetch ahead (fetch_sequential). */
 static void read_sequential(struct conn *c)
 {
+    if (cache_chunk_state(c->ck) != CHUNK_S_FILLING)
+        return; /* a hit: nothing to fetch ahead, and no origin to build on the hit path */
     struct origin_req o;
     origin_of(c, &o);
     fetch_sequential(c->ck, c->end, &o, c->force);

@@ -1031,10 +1031,12 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 static bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
-    if (f == NULL || f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT ||
-        f->whole_object || origin_ignores_ranges(f->authority))
+    if (f == NULL)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT || f->whole_object ||
+        origin_ignores_ranges(f->authority))
+        return false;
     size_t k = f->cur;
     while (k < f->n && f->cks[k] != ck)
         k++;
@@ -1062,6 +1064,8 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     f->last = chunk_start(ck) - 1;
     f->next_index = cache_chunk_index(ck);
     g_stats.fetch_split++;
+    /* g is still alive after this: neither routing (resolver_route) nor upstream_start ever
+     * answers before it returns, so nothing can finish g inside the call. */
     fetch_go_like(g, f);
     if (tp)
         start_head_part(ck, off, g, false);

@@ -25,7 +25,6 @@
 #include <cmocka.h>
 #include <ev.h>
 
-#include "cache_int.h"
 #include "chunkfile.h"
 #include "config.h"
 #include "log.h"
