@@ -255,12 +255,15 @@ static int json_check(const char *json_path, const char *text, size_t len, char 
  * position (every schema error names the line of the value at fault) and jansson keeps the
  * last of two equal member names silently (a known member given twice is an error here). The
  * text is valid JSON by then, so a walk only skips whitespace, strings and brackets; the value of
- * every string it needs is decoded by jansson (jspan_string).
+ * every string it needs is decoded by jansson (jspan_string). The walk still takes nothing on
+ * trust: where the text is not what it expects (jansson and the walk would disagree on what JSON
+ * is), a step fails with -EILSEQ at the line it reached and the load fails with "unexpected
+ * text" there.
  */
 struct jspan {
     const char *p; /* borrows: the value's first byte, in the checked text */
-    size_t len;
-    int line; /* where the value starts */
+    size_t len;    /* 0: no value (an absent member) */
+    int line;      /* where the value starts (absent: where the object does) */
 };
 
 /* A cursor over the members or elements of one object or array. */
@@ -268,6 +271,7 @@ struct jcursor {
     const char *p, *end; /* borrows: between the brackets */
     int line;
     bool obj;
+    size_t n; /* members or elements read so far */
 };
 
 static bool jspan_is(const struct jspan *v, char first)
@@ -283,8 +287,18 @@ static void jc_skip_ws(struct jcursor *c)
     }
 }
 
-/* The value at c->p -> *v; c->p moves past it. */
-static void jc_value(struct jcursor *c, struct jspan *v)
+/* A byte of a number or of true, false, null. */
+static bool is_scalar_byte(char ch)
+{
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == 'E' || ch == '+' ||
+           ch == '-' || ch == '.';
+}
+
+/*
+ * The value at c->p -> *v; c->p moves past it. False when the text there is not one value
+ * (c->p and c->line are then where the walk stopped).
+ */
+static bool jc_value(struct jcursor *c, struct jspan *v)
 {
     int depth = 0;
 
@@ -293,26 +307,32 @@ static void jc_value(struct jcursor *c, struct jspan *v)
     do {
         char ch;
 
-        ASSERT(c->p < c->end);
+        if (c->p == c->end)
+            return false;
         ch = *c->p++;
         if (ch == '"') {
             while (c->p < c->end && *c->p != '"')
-                c->p += *c->p == '\\' ? 2 : 1;
+                c->p += *c->p == '\\' && c->end - c->p > 1 ? 2 : 1;
+            if (c->p == c->end)
+                return false;
             c->p++;
         } else if (ch == '{' || ch == '[') {
             depth++;
         } else if (ch == '}' || ch == ']') {
-            depth--;
+            /* the bracket that closes the value must match its first one */
+            if (--depth < 0 || (depth == 0 && *v->p != (ch == '}' ? '{' : '[')))
+                return false;
         } else if (ch == '\n') {
             c->line++;
         } else if (depth == 0) {
-            /* a number or a literal: up to the next delimiter */
-            while (c->p < c->end && strchr(",]} \t\r\n", *c->p) == NULL)
+            if (!is_scalar_byte(ch))
+                return false;
+            while (c->p < c->end && is_scalar_byte(*c->p))
                 c->p++;
         }
     } while (depth > 0);
-    ASSERT(c->p <= c->end);
     v->len = (size_t)(c->p - v->p);
+    return true;
 }
 
 /* A cursor on the whole text, at its one value. */
@@ -322,82 +342,119 @@ static void jc_text(struct jcursor *c, const char *text, size_t len)
     c->end = text + len;
     c->line = 1;
     c->obj = false;
+    c->n = 0;
     jc_skip_ws(c);
 }
 
-/* A cursor inside the object or array <v>. */
+/* A cursor inside the object or array <v> (a span jc_value() gave). */
 static void jc_open(struct jcursor *c, const struct jspan *v)
 {
     ASSERT(jspan_is(v, '{') || jspan_is(v, '['));
+    ASSERT(v->len >= 2);
     c->obj = v->p[0] == '{';
     c->p = v->p + 1;
     c->end = v->p + v->len - 1;
     c->line = v->line;
-}
-
-/* The next member (*key, *val) or element (*val) of <c>'s container; false after the last. */
-static bool jc_next(struct jcursor *c, struct jspan *key, struct jspan *val)
-{
-    jc_skip_ws(c);
-    if (c->p < c->end && *c->p == ',') {
-        c->p++;
-        jc_skip_ws(c);
-    }
-    if (c->p >= c->end)
-        return false;
-    if (c->obj) {
-        jc_value(c, key);
-        jc_skip_ws(c);
-        ASSERT(c->p < c->end && *c->p == ':');
-        c->p++;
-        jc_skip_ws(c);
-    }
-    jc_value(c, val);
-    return true;
-}
-
-/* The value of the string <v> (owned by the caller; no NUL inside), or NULL if <v> is not one. */
-static char *jspan_string(const struct jspan *v)
-{
-    json_t *j;
-    char *s;
-
-    if (!jspan_is(v, '"'))
-        return NULL;
-    j = json_loadb(v->p, v->len, JSON_DECODE_ANY, NULL);
-    ASSERT(j != NULL && json_is_string(j)); /* checked text (or out of memory) */
-    s = xstrdup(json_string_value(j));
-    json_decref(j);
-    return s;
+    c->n = 0;
 }
 
 /*
- * The member <key> of the object <obj> -> *out; false when absent. A known member given twice
- * is an error: *dup is set and *out is the second occurrence (for its line).
+ * The next member (*key, *val) or element (*val) of <c>'s container. Returns 1, 0 after the
+ * last, or -EILSEQ when the text at c->line is not a member or an element.
  */
-static bool jmember(const struct jspan *obj, const char *key, struct jspan *out, bool *dup)
+static int jc_next(struct jcursor *c, struct jspan *key, struct jspan *val)
+{
+    jc_skip_ws(c);
+    if (c->p == c->end)
+        return 0;
+    if (c->n > 0) {
+        if (*c->p != ',')
+            return -EILSEQ;
+        c->p++;
+        jc_skip_ws(c);
+    }
+    if (c->obj) {
+        if (!jc_value(c, key) || !jspan_is(key, '"'))
+            return -EILSEQ;
+        jc_skip_ws(c);
+        if (c->p == c->end || *c->p != ':')
+            return -EILSEQ;
+        c->p++;
+        jc_skip_ws(c);
+    }
+    if (!jc_value(c, val))
+        return -EILSEQ;
+    c->n++;
+    return 1;
+}
+
+/*
+ * The value of the string <v> -> *out (owned by the caller; no NUL inside). Returns 0, -EINVAL
+ * when <v> is not a string (or no value), -EILSEQ when jansson cannot decode it, or -ENOMEM.
+ */
+static int jspan_string(const struct jspan *v, char **out)
+{
+    json_error_t je;
+    json_t *j;
+
+    if (!jspan_is(v, '"'))
+        return -EINVAL;
+    j = json_loadb(v->p, v->len, JSON_DECODE_ANY, &je);
+    if (j == NULL)
+        return json_error_code(&je) == json_error_out_of_memory ? -ENOMEM : -EILSEQ;
+    if (!json_is_string(j)) {
+        json_decref(j);
+        return -EILSEQ;
+    }
+    *out = xstrdup(json_string_value(j));
+    json_decref(j);
+    return 0;
+}
+
+/*
+ * The member <key> of the object <obj> -> *out (absent: no value, at the line of <obj>).
+ * Returns 0; -EEXIST when <key> is given twice (*out is the second occurrence, for its line);
+ * or -EILSEQ or -ENOMEM (out->line is where the walk stopped).
+ */
+static int jmember(const struct jspan *obj, const char *key, struct jspan *out)
 {
     struct jcursor c;
     struct jspan k, v;
     bool found = false;
+    int rc;
 
-    *dup = false;
+    out->p = NULL;
+    out->len = 0;
+    out->line = obj->line;
     jc_open(&c, obj);
-    while (jc_next(&c, &k, &v)) {
-        char *name = jspan_string(&k);
-        bool same = strcmp(name, key) == 0;
+    while ((rc = jc_next(&c, &k, &v)) > 0) {
+        char *name;
+        bool same;
 
+        rc = jspan_string(&k, &name); /* a string: jc_next() saw to that */
+        if (rc != 0) {
+            out->line = k.line;
+            return rc;
+        }
+        same = strcmp(name, key) == 0;
         free(name);
         if (!same)
             continue;
         *out = v;
-        if (found) {
-            *dup = true;
-            return true;
-        }
+        if (found)
+            return -EEXIST;
         found = true;
     }
-    return found;
+    if (rc < 0)
+        out->line = c.line;
+    return rc;
+}
+
+/* The error of a walk step that failed with <rc> (-EILSEQ or -ENOMEM) at <line>. */
+static void walk_err(char *err, size_t errlen, const char *json_path, int line, int rc)
+{
+    set_err(err, errlen, json_path, line, "%s",
+            rc == -ENOMEM ? "out of memory" : "unexpected text");
 }
 
 /* ---- the table ---- */
@@ -642,78 +699,88 @@ static int load_service(struct domains *d, const char *dir, const char *json_pat
     struct jcursor c;
     char *name = NULL, *file = NULL;
     char path[PATH_MAX];
-    bool dup, found;
-    int rc = -1;
+    int rc;
 
     if (!jspan_is(svc, '{')) {
         set_err(err, errlen, json_path, svc->line, "cache_domains[%zu] must be an object", idx);
         return -1;
     }
-    found = jmember(svc, "name", &name_v, &dup);
-    if (dup) {
+    rc = jmember(svc, "name", &name_v);
+    if (rc == 0)
+        rc = jspan_string(&name_v, &name);
+    if (rc == -EEXIST)
         set_err(err, errlen, json_path, name_v.line, "duplicate member \"name\"");
-        return -1;
-    }
-    if (found)
-        name = jspan_string(&name_v);
-    if (name == NULL) {
-        set_err(err, errlen, json_path, found ? name_v.line : svc->line,
+    else if (rc == -EINVAL)
+        set_err(err, errlen, json_path, name_v.line,
                 "cache_domains[%zu]: \"name\" must be a string", idx);
+    else if (rc < 0)
+        walk_err(err, errlen, json_path, name_v.line, rc);
+    if (rc < 0)
         return -1;
-    }
     if (!service_name_is_valid(name)) {
         set_err(err, errlen, json_path, name_v.line,
                 "cache_domains[%zu]: service name must be 1-%d characters of A-Z a-z 0-9 . _ -",
                 idx, DOMAINS_SERVICE_MAX);
-        goto out;
+        goto fail;
     }
     for (size_t i = 0; i < d->n_services; i++) {
         if (strcmp(d->services[i], name) == 0) {
             set_err(err, errlen, json_path, name_v.line, "duplicate service \"%s\"", name);
-            goto out;
+            goto fail;
         }
     }
-    found = jmember(svc, "domain_files", &files_v, &dup);
-    if (dup) {
+    rc = jmember(svc, "domain_files", &files_v);
+    if (rc == -EEXIST) {
         set_err(err, errlen, json_path, files_v.line,
-                "service \"%s\": duplicate member "
-                "\"domain_files\"",
-                name);
-        goto out;
+                "service \"%s\": duplicate member \"domain_files\"", name);
+        goto fail;
     }
-    if (!found || !jspan_is(&files_v, '[')) {
-        set_err(err, errlen, json_path, found ? files_v.line : svc->line,
+    if (rc < 0) {
+        walk_err(err, errlen, json_path, files_v.line, rc);
+        goto fail;
+    }
+    if (!jspan_is(&files_v, '[')) {
+        set_err(err, errlen, json_path, files_v.line,
                 "service \"%s\": \"domain_files\" must be an array of file names", name);
-        goto out;
+        goto fail;
     }
     d->services[d->n_services++] = xstrdup(name);
     jc_open(&c, &files_v);
-    while (jc_next(&c, &k, &f_v)) {
-        file = jspan_string(&f_v);
-        if (file == NULL) {
+    while ((rc = jc_next(&c, &k, &f_v)) > 0) {
+        rc = jspan_string(&f_v, &file);
+        if (rc == -EINVAL) {
             set_err(err, errlen, json_path, f_v.line,
                     "service \"%s\": \"domain_files\" must be an array of file names", name);
-            goto out;
+            goto fail;
+        }
+        if (rc < 0) {
+            walk_err(err, errlen, json_path, f_v.line, rc);
+            goto fail;
         }
         if (!file_path_is_valid(file)) {
             set_err(err, errlen, json_path, f_v.line,
                     "service \"%s\": domain file must be a relative path without \"..\"", name);
-            goto out;
+            goto fail;
         }
         if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path)) {
             set_err(err, errlen, json_path, f_v.line, "service \"%s\": path too long", name);
-            goto out;
+            goto fail;
         }
         free(file);
         file = NULL;
         if (load_list(d, path, (uint32_t)(d->n_services - 1), err, errlen) != 0)
-            goto out;
+            goto fail;
     }
-    rc = 0;
-out:
+    if (rc < 0) {
+        walk_err(err, errlen, json_path, c.line, rc);
+        goto fail;
+    }
+    free(name);
+    return 0;
+fail:
     free(file);
     free(name);
-    return rc;
+    return -1;
 }
 
 struct domains *domains_load(const char *dir, char *err, size_t errlen)
@@ -722,10 +789,9 @@ struct domains *domains_load(const char *dir, char *err, size_t errlen)
     struct jcursor c;
     struct jspan root, list, k, svc;
     char dirbuf[PATH_MAX], json_path[PATH_MAX + sizeof(DOMAINS_JSON_FILE) + 1];
-    size_t dirlen, len, n, i;
+    size_t dirlen, len;
     char *text = NULL;
     const char *json;
-    bool dup, found;
     int rc;
 
     ASSERT(dir != NULL);
@@ -755,32 +821,42 @@ struct domains *domains_load(const char *dir, char *err, size_t errlen)
     if (json_check(json_path, json, len, err, errlen) != 0)
         goto fail;
     jc_text(&c, json, len);
-    jc_value(&c, &root);
+    if (!jc_value(&c, &root)) {
+        walk_err(err, errlen, json_path, c.line, -EILSEQ);
+        goto fail;
+    }
     if (!jspan_is(&root, '{')) {
         set_err(err, errlen, json_path, root.line, "the top level must be an object");
         goto fail;
     }
-    found = jmember(&root, "cache_domains", &list, &dup);
-    if (dup) {
+    rc = jmember(&root, "cache_domains", &list);
+    if (rc == -EEXIST) {
         set_err(err, errlen, json_path, list.line, "duplicate member \"cache_domains\"");
         goto fail;
     }
-    if (!found || !jspan_is(&list, '[')) {
-        set_err(err, errlen, json_path, found ? list.line : root.line,
+    if (rc < 0) {
+        walk_err(err, errlen, json_path, list.line, rc);
+        goto fail;
+    }
+    if (!jspan_is(&list, '[')) {
+        set_err(err, errlen, json_path, list.line,
                 "\"cache_domains\" must be an array of services");
         goto fail;
     }
-    n = 0;
     jc_open(&c, &list);
-    while (jc_next(&c, &k, &svc))
-        n++;
+    while ((rc = jc_next(&c, &k, &svc)) > 0)
+        continue;
+    if (rc < 0) {
+        walk_err(err, errlen, json_path, c.line, rc);
+        goto fail;
+    }
     d = xcalloc(1, sizeof(*d));
     d->magic = DOMAINS_MAGIC;
-    d->services = xcalloc(n + 1, sizeof(*d->services));
-    i = 0;
+    d->services = xcalloc(c.n + 1, sizeof(*d->services));
+    /* The same walk again: it ends as the one above did. */
     jc_open(&c, &list);
-    while (jc_next(&c, &k, &svc)) {
-        if (load_service(d, dirbuf, json_path, &svc, i++, err, errlen) != 0)
+    while (jc_next(&c, &k, &svc) > 0) {
+        if (load_service(d, dirbuf, json_path, &svc, c.n - 1, err, errlen) != 0)
             goto fail;
     }
     free(text);

@@ -714,6 +714,147 @@ static void test_domains_load_json_schema_errors(void **state)
              "1: service \"s\": domain file must be a relative path without \"..\"");
 }
 
+/* ---- the schema walk over checked text ---- */
+
+/* Loads <dir> (with "list.txt" = a.example.com) and checks that a.example.com is "svc". */
+static void load_svc_ok(const char *dir, const char *json)
+{
+    struct domains *d;
+
+    write_file(dir, "cache_domains.json", json);
+    write_file(dir, "list.txt", "a.example.com\n");
+    d = load_ok(dir);
+    match_is(d, "a.example.com", "svc");
+    domains_free(&d);
+}
+
+static void test_domains_load_json_walk_passes_deep_nesting_and_keeps_lines(void **state)
+{
+    struct tmp *t = *state;
+    char json[512];
+    size_t o = 0;
+
+    /* Root, list and service are 3 levels; 28 brackets, one a line, and an object make 32. */
+    o += (size_t)snprintf(json + o, sizeof(json) - o, "{\"cache_domains\": [{\"deep\":\n");
+    for (int i = 0; i < 28; i++)
+        o += (size_t)snprintf(json + o, sizeof(json) - o, "[\n");
+    o += (size_t)snprintf(json + o, sizeof(json) - o, "{\"k\": 1}");
+    for (int i = 0; i < 28; i++)
+        json[o++] = ']';
+    json[o] = '\0';
+    snprintf(json + o, sizeof(json) - o, ",\n\"name\": 5}]}");
+    json_err(t->dir, json, "31: cache_domains[0]: \"name\" must be a string");
+    snprintf(json + o, sizeof(json) - o,
+             ",\n\"name\": \"svc\", \"domain_files\": [\"list.txt\"]}]}");
+    load_svc_ok(t->dir, json);
+}
+
+static void test_domains_load_json_walk_reads_escapes_before_closing_quotes(void **state)
+{
+    struct tmp *t = *state;
+    struct domains *d;
+
+    /* A backslash, then a quote, right before the closing quote: "\\", "\"", "x\\\"", "\\\\". */
+    write_file(t->dir, "q\"t.txt", "q.example.com\n");
+    write_file(t->dir, "b\\s.txt", "b.example.com\n");
+    write_file(t->dir, "cache_domains.json",
+               "{\"a\": \"\\\\\", \"b\": \"\\\"\", \"c\": \"x\\\\\\\"\", \"d\": \"\\\\\\\\\",\n"
+               " \"cache_domains\": [{\"e\\\\\": \"\\\\\\\"]}\", \"name\": \"svc\",\n"
+               " \"domain_files\": [\"q\\\"t.txt\", \"b\\\\s.txt\"]}]}\n");
+    d = load_ok(t->dir);
+    match_is(d, "q.example.com", "svc");
+    match_is(d, "b.example.com", "svc");
+    domains_free(&d);
+    json_err(t->dir,
+             "{\"cache_domains\": [{\"name\": \"svc\", \"x\": \"\\\\\",\n"
+             " \"domain_files\": [\"q\\\"t.txt\", \"b\\\\s.txt\",\n 7]}]}",
+             "3: service \"svc\": \"domain_files\" must be an array of file names");
+}
+
+static void test_domains_load_json_walk_reads_numbers_next_to_brackets(void **state)
+{
+    struct tmp *t = *state;
+
+    load_svc_ok(t->dir,
+                "{\"n\":[1],\"m\":[-0.5e+3,[2]],\"o\":{\"k\":-1},\"cache_domains\":[{\"p\":0,"
+                "\"name\":\"svc\",\"q\":1E2,\"domain_files\":[\"list.txt\"],\"r\":[[0]]}],"
+                "\"s\":3}");
+    json_err(t->dir, "1", "1: the top level must be an object");
+    json_err(t->dir, "{\"cache_domains\":2}", "1: \"cache_domains\" must be an array of services");
+    json_err(t->dir, "{\"cache_domains\":[0]}", "1: cache_domains[0] must be an object");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":5}]}",
+             "1: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":\"s\",\"domain_files\":[1]}]}",
+             "1: service \"s\": \"domain_files\" must be an array of file names");
+    json_err(t->dir, "{\"cache_domains\":[\n{\"name\":\"a\",\"domain_files\":[]},\n-1.5e-2]}",
+             "3: cache_domains[1] must be an object");
+}
+
+static void test_domains_load_json_walk_reads_literals_as_member_values(void **state)
+{
+    struct tmp *t = *state;
+
+    load_svc_ok(t->dir, "{\"t\":true,\"f\":false,\"z\":null,\"cache_domains\":[{\"a\":[true,false,"
+                        "null],\"name\":\"svc\",\"b\":{\"c\":null},\"domain_files\":[\"list.txt\"],"
+                        "\"d\":true}]}");
+    json_err(t->dir, "null", "1: the top level must be an object");
+    json_err(t->dir, "{\"cache_domains\":null}",
+             "1: \"cache_domains\" must be an array of services");
+    json_err(t->dir, "{\"cache_domains\":[true]}", "1: cache_domains[0] must be an object");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":true}]}",
+             "1: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":null}]}",
+             "1: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":\"s\",\"domain_files\":null}]}",
+             "1: service \"s\": \"domain_files\" must be an array of file names");
+    json_err(t->dir, "{\"cache_domains\":[{\"name\":\"s\",\n\"domain_files\":\n[false]}]}",
+             "3: service \"s\": \"domain_files\" must be an array of file names");
+}
+
+static void test_domains_load_json_walk_counts_lines_across_all_whitespace(void **state)
+{
+    struct tmp *t = *state;
+
+#define WS " \t\r\n" /* one line each */
+    load_svc_ok(t->dir, WS "{" WS "\"cache_domains\"" WS ":" WS "[" WS "{" WS "\"name\"" WS ":" WS
+                           "\"svc\"" WS "," WS "\"domain_files\"" WS ":" WS "[" WS "\"list.txt\"" WS
+                           "]" WS "}" WS "]" WS "}" WS);
+    json_err(t->dir,
+             WS "{" WS "\"cache_domains\"" WS ":" WS "[" WS "{" WS "\"name\"" WS ":" WS "\"svc\"" WS
+                "," WS "\"domain_files\"" WS ":" WS "true" WS "}" WS "]" WS "}" WS,
+             "13: service \"svc\": \"domain_files\" must be an array of file names");
+#undef WS
+    /* Lines end at \n only, in jansson's errors and in the walk's alike. */
+    json_err(t->dir, "{\"cache_domains\":\r[\r\n{\"name\":\r\n\t5}]}",
+             "3: cache_domains[0]: \"name\" must be a string");
+    json_err(t->dir, "{\r\n\"a\":\r\n tru}", "3: invalid token near 'tru' (column 4)");
+}
+
+static void test_domains_load_json_walk_decodes_escaped_member_names(void **state)
+{
+    struct tmp *t = *state;
+    size_t services = 9, names = 9;
+    struct domains *d;
+
+    load_svc_ok(t->dir, "{\"\\u0063ache_domains\": [{\"\\u006e\\u0061\\u006d\\u0065\": \"svc\","
+                        " \"domain\\u005Ffiles\": [\"list.txt\"]}]}");
+    json_err(t->dir, "{\"cache_domains\": [{\"name\": \"a\",\n\"n\\u0061me\": \"b\"}]}",
+             "2: duplicate member \"name\"");
+    json_err(t->dir, "{\"cache_domains\": [],\n \"cache\\u005fdomains\": []}",
+             "2: duplicate member \"cache_domains\"");
+    /* Names that only look like known ones are unknown members. */
+    json_err(t->dir, "{\"cache_domains\": [{\"nam\\u00e9\": \"svc\", \"domain_files\": []}]}",
+             "1: cache_domains[0]: \"name\" must be a string");
+    write_file(t->dir, "cache_domains.json",
+               "{\"\\ud83d\\ude00\": 1, \"cache_domains \": 2, \"\\\"cache_domains\\\"\": 3,\n"
+               " \"cache_domains\": []}");
+    d = load_ok(t->dir);
+    domains_counts(d, &services, &names);
+    assert_int_equal(services, 0);
+    assert_int_equal(names, 0);
+    domains_free(&d);
+}
+
 static void test_domains_load_file_errors(void **state)
 {
     struct tmp *t = *state;
@@ -1065,6 +1206,21 @@ int main(void)
                                         tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_load_json_schema_errors, tmp_setup,
                                         tmp_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_domains_load_json_walk_passes_deep_nesting_and_keeps_lines, tmp_setup,
+            tmp_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_domains_load_json_walk_reads_escapes_before_closing_quotes, tmp_setup,
+            tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_walk_reads_numbers_next_to_brackets,
+                                        tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_walk_reads_literals_as_member_values,
+                                        tmp_setup, tmp_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_domains_load_json_walk_counts_lines_across_all_whitespace, tmp_setup,
+            tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_domains_load_json_walk_decodes_escaped_member_names,
+                                        tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_load_file_errors, tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_dns_export_dnsmasq, tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(test_domains_dns_export_unbound, tmp_setup, tmp_teardown),
