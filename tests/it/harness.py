@@ -877,6 +877,8 @@ class Daemon:
         self.admin_port = None
         if cfg["server"].get("admin_listen") == "auto":
             self.admin_port = free_port()
+            while self.admin_port == port:  # the kernel may hand out a just-closed port again
+                self.admin_port = free_port()
             cfg["server"]["admin_listen"] = "127.0.0.1:%d" % self.admin_port
         self.config = cfg
         with open(self.ini, "w") as f:
