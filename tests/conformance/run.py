@@ -21,8 +21,9 @@ Usage: python3 tests/conformance/run.py --suite DIR [--build DIR] [--out DIR] [-
   --id TEST_ID  run that one test and print what each side sent and received (no table, no floor)
 
 Exit status: 0 when the run completed and the score is at least the floor; 1 when the score is
-below the floor; 2 when the harness broke (a process did not start, cacheparty crashed or did not
-stop cleanly, results missing, no test got an answer, the run overran its timeout).
+below the floor; 2 when the harness broke (a process did not start, cacheparty or the suite's
+server died, cacheparty did not stop cleanly, results missing, no test got an answer, the run
+overran its timeout).
 """
 
 import argparse
@@ -344,6 +345,9 @@ def main():
         if not daemon.running():
             raise Broken("cacheparty died during the run (exit %s):\n%s"
                          % (daemon.proc.returncode, tail(daemon.log)))
+        if not origin.running():
+            raise Broken("the suite's server died during the run (exit %s):\n%s"
+                         % (origin.proc.returncode, tail(origin.log)))
         elapsed = time.monotonic() - t0
         procs.remove(client)
         procs.remove(daemon)
