@@ -1,5 +1,6 @@
 # cacheparty — plain GNU Makefile, out-of-tree build under build/.
-# Targets (the one list): all run test asan bench fuzz soak cross install uninstall clean deps
+# Targets (the one list): all run test asan bench conformance fuzz soak cross install uninstall clean
+# deps
 
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
