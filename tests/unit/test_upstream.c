@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "resolver.h"
 #include "stats.h"
 #include "upool.h"
 #include "util.h"
@@ -404,6 +405,18 @@ static const struct upstream_sink rec_sink = {on_rec_head, on_rec_body, on_rec_d
 
 static const char GET_HEAD[] = "GET /obj HTTP/1.1\r\nHost: origin.test\r\n\r\n";
 
+static struct resolver *g_health; /* the next requests' req.resolver (NULL: none) */
+
+/* 127.0.0.1:<port>. */
+static void loopback(struct sockaddr_storage *ss, uint16_t port)
+{
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    memset(ss, 0, sizeof(*ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    s4->sin_port = htons(port);
+}
+
 /* A request to 127.0.0.1:<ports>[0..n), tried in that order. */
 static void start_ports(struct fx *f, struct rec *r, enum h1_method m, const uint16_t *ports,
                         size_t n)
@@ -412,15 +425,11 @@ static void start_ports(struct fx *f, struct rec *r, enum h1_method m, const uin
     struct sockaddr_storage addrs[8];
     assert_true(n >= 1 && n <= 8);
     memset(&req, 0, sizeof(req));
-    memset(addrs, 0, sizeof(addrs));
-    for (size_t i = 0; i < n; i++) {
-        struct sockaddr_in *s4 = (struct sockaddr_in *)&addrs[i];
-        s4->sin_family = AF_INET;
-        s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        s4->sin_port = htons(ports[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        loopback(&addrs[i], ports[i]);
     req.addrs = addrs;
     req.n_addrs = n;
+    req.resolver = g_health;
     req.head = m == H1_M_HEAD ? "HEAD /obj HTTP/1.1\r\nHost: origin.test\r\n\r\n" : GET_HEAD;
     req.head_len = strlen(req.head);
     req.method = m;
@@ -968,6 +977,39 @@ static void test_upstream_start_tries_at_most_four_addresses(void **state)
     rec_free(&r);
 }
 
+static void test_upstream_start_failed_address_marked_dead_then_skipped(void **state)
+{
+    struct fx *f = *state;
+    struct rec r1 = {0}, r2 = {0};
+    char err[256];
+    g_health = resolver_new(f->loop, f->cfg, err, sizeof(err));
+    assert_non_null(g_health);
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    uint16_t ports[2] = {closed_port(), f->srv.port};
+    struct sockaddr_storage dead, live;
+    loopback(&dead, ports[0]);
+    loopback(&live, ports[1]);
+    resolver_mark_dead(g_health, &live, util_now_ms()); /* an old mark: cleared by a connect */
+    start_ports(f, &r1, H1_M_GET, ports, 2);
+    RUN_UNTIL(f, r1.done > 0);
+    assert_int_equal(r1.err, UP_OK);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_true(resolver_is_dead(g_health, &dead, util_now_ms()));
+    assert_false(resolver_is_dead(g_health, &live, util_now_ms()));
+    /* The same list again: the dead address goes last, the live one answers at once. */
+    start_ports(f, &r2, H1_M_GET, ports, 2);
+    RUN_UNTIL(f, r2.done > 0);
+    assert_clean(&r2);
+    assert_int_equal(r2.err, UP_OK);
+    assert_body(&r2, "ok", 2);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_int_equal(g_stats.upstream_err_connect, 1);
+    rec_free(&r1);
+    rec_free(&r2);
+    resolver_free(&g_health);
+}
+
 static void test_upstream_start_first_byte_timeout(void **state)
 {
     struct fx *f = *state;
@@ -1483,6 +1525,7 @@ int main(void)
         FX(test_upstream_start_refused_address_fails_over_to_the_next),
         FX(test_upstream_start_every_address_refused_is_connect_error),
         FX(test_upstream_start_tries_at_most_four_addresses),
+        FX(test_upstream_start_failed_address_marked_dead_then_skipped),
         FX(test_upstream_start_first_byte_timeout),
         FX(test_upstream_start_read_timeout_mid_body),
         FX(test_upstream_start_invalid_head_is_proto_error),
