@@ -3,7 +3,8 @@
 them) is served from its next address, IPv4 and IPv6 alike, for cache fills, resumed fills,
 pass-through requests and the TLS relay; the dead address is avoided for the next requests
 (20 s). Every address is on loopback: a dead one is 127.0.0.2 on a port only 127.0.0.1 listens
-on (or the reverse), and the origins are bound to one address each."""
+on (or the reverse), and the origins are bound to one address each. The TLS relay always
+connects to port 443: its test listens on 127.0.0.3:443 and skips where that cannot be bound."""
 
 import socket
 
