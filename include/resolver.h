@@ -110,8 +110,8 @@ void resolver_mark_alive(struct resolver *r, const struct sockaddr_storage *addr
 /* Whether <addr> is marked dead at <now_ms>. */
 bool resolver_is_dead(const struct resolver *r, const struct sockaddr_storage *addr,
                       uint64_t now_ms);
-/* Reorders <addrs>[0..n) in place: the addresses not marked dead at <now_ms> first, then the
- * dead ones, each group in its original order. */
+/* Reorders <addrs>[0..n) (n <= RESOLVER_MAX_ADDRS) in place: the addresses not marked dead at
+ * <now_ms> first, then the dead ones, each group in its original order. */
 void resolver_order(const struct resolver *r, struct sockaddr_storage *addrs, size_t n,
                     uint64_t now_ms);
 
