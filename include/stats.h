@@ -46,6 +46,8 @@
       "origin requests on a pooled keep-alive connection")                                         \
     X(upstream_retries, counter, NULL, NULL, "requests retried after a pooled connection failed")  \
     X(upstream_queued, counter, NULL, NULL, "requests that waited for max_per_origin")             \
+    X(upstream_connect_failover, counter, NULL, NULL,                                              \
+      "origin connects that failed and went on to the next address of the name")                   \
     X(upstream_err_connect, counter, "errors_total", "upstream_connect",                           \
       "origin connect failures")                                                                   \
     X(upstream_err_timeout, counter, "errors_total", "upstream_timeout", "origin timeouts")        \

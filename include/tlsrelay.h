@@ -14,7 +14,8 @@
  * | HELLO   | a whole ClientHello from the client             | handshake_timeout        |
  * | RESOLVE | the route (resolver_route: override, literal or | handshake_timeout        |
  * |         | look-up), always delivered from the loop        |                          |
- * | CONNECT | the non-blocking connect to the origin          | upstream connect_timeout |
+ * | CONNECT | the non-blocking connect to the origin (a       | upstream connect_timeout |
+ * |         | failed one goes on to the name's next address)  |                          |
  * | RELAY   | bytes either way; half-close passed on          | idle_timeout             |
  * | CLOSED  | nothing: freed before the callback returns      | -                        |
  *

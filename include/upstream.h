@@ -9,11 +9,19 @@
  * upstream stops reading the origin until upstream_resume(). Buffering is one fixed input buffer.
  * Retries: a request on a reused keep-alive socket that fails before any response byte is sent
  * again once on a fresh connection (GET/HEAD are idempotent).
+ * Failover: the request is given the origin's addresses in order (resolver_route's answer).
+ * A connect that fails (refused, unreachable, connect_timeout) marks its address dead in the
+ * resolver (resolver_mark_dead) and the request goes on to the next address, with a slot of
+ * that address (nothing was sent yet), at most UPSTREAM_MAX_TRIES addresses in all; a connect
+ * that succeeds clears its address's mark. Each address gets its own first_byte_timeout. The
+ * addresses are put in the resolver's current order at start (resolver_order), so a request
+ * made from an older answer (a resumed fill) avoids the addresses found dead since.
  * Timeouts: connect_timeout; first_byte_timeout from the request (including a wait for a slot)
  * to the response head; read_timeout between body reads (not while paused by the sink).
  * Logging: what went wrong (connect error, bad head or framing, the error and the state it ended
  * in) is logged at debug level only, as "up#ID ORIGIN: ..."; the caller decides what the failure
- * means and logs it (a socket() failure, a local resource problem, is a warning here).
+ * means and logs it (a socket() failure, a local resource problem, is a warning here). A
+ * failover is decided here, so it is logged here (info) and counted (upstream_connect_failover).
  *
  * Lifecycle: upstream_start() -> [on_head] -> on_body* -> on_done (exactly once, last) -> freed
  * by this module right after on_done returns. upstream_cancel() instead ends it silently.
@@ -31,8 +39,11 @@
 #include "http1.h"
 
 struct ev_loop;
+struct resolver;
 struct upool;
 struct upstream;
+
+#define UPSTREAM_MAX_TRIES 4 /* addresses one request tries, the first included */
 
 #define UP_ERRORS(X)                                                                               \
     X(UP_OK, "ok")                                                                                 \
@@ -62,8 +73,10 @@ struct upstream_sink {
 };
 
 struct upstream_req {
-    struct sockaddr_storage addr; /* the checked origin address to connect to */
-    const char *head;             /* request head bytes to send (copied) */
+    const struct sockaddr_storage *addrs; /* the origin's checked addresses, in order (copied) */
+    size_t n_addrs;                       /* >= 1; the first UPSTREAM_MAX_TRIES are tried */
+    struct resolver *resolver; /* borrows: address health (ordering, marks); NULL: none kept */
+    const char *head;          /* request head bytes to send (copied) */
     size_t head_len;
     enum h1_method method; /* GET or HEAD: decides whether a body follows */
 };

@@ -7,7 +7,8 @@
  * |----------|-----------------------------------------------------------|--------------------|
  * | RESOLVE  | the origin's address (resolver_route: override, literal   | on_routed          |
  * |          | or look-up; always from the loop)                         |                    |
- * | UPSTREAM | the origin's response head                                | sink_head          |
+ * | UPSTREAM | the origin's response head (upstream tries the next address | sink_head          |
+ * |          | of the name when a connect fails)                         |                    |
  * | STREAM   | body bytes from upstream, or room in <out> to take them   | sink_body/sink_done|
  *
  * The resolver's and upstream's callbacks drive this path; the conn driver's step only lets the
@@ -42,7 +43,8 @@ static void sink_done(void *arg, enum up_err err);
 
 static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
 
-static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
+/* To the origin's addresses <addrs>[0..n_addrs) in order (upstream fails over between them). */
+static void start_upstream(struct conn *c, const struct sockaddr_storage *addrs, size_t n_addrs)
 {
     static char head[CONN_UPHEAD];
     struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
@@ -53,7 +55,9 @@ static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
     }
     struct upstream_req ur;
     memset(&ur, 0, sizeof(ur));
-    ur.addr = *addr;
+    ur.addrs = addrs;
+    ur.n_addrs = n_addrs;
+    ur.resolver = c->ctx->resolver;
     ur.head = head;
     ur.head_len = n;
     ur.method = c->req.method;
@@ -61,7 +65,7 @@ static void start_upstream(struct conn *c, const struct sockaddr_storage *addr)
     c->up = upstream_start(c->ctx->loop, c->ctx->upool, &ur, &conn_sink, c);
 }
 
-static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
 {
     struct conn *c = arg;
     CHECK_OBJ(c, CONN_MAGIC);
@@ -69,7 +73,7 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
     if (c->state == CONN_S_CLOSING)
         return;
     if (err == 0) {
-        start_upstream(c, addr);
+        start_upstream(c, addrs, n);
     } else if (err == -EACCES) {
         log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
                  c->auth.host);

@@ -18,7 +18,9 @@
  * sealed (stored) as soon as it is complete, so readers of later chunks join them while they
  * fill. A connection lost, cut short or stalled mid-body is resumed from the byte reached, up to
  * FETCH_ATTEMPTS times, only if the origin answers with the same length and validators; readers
- * see only a pause. fetch_finish() is the one exit.
+ * see only a pause. Every request of a fetch is given all the addresses its route found
+ * (upstream tries the next one when a connect fails), so a resumption may be answered by
+ * another address of the same name. fetch_finish() is the one exit.
  *
  * A fetch fills object bytes [pos, last]: usually whole chunks, but a chunk whose first reader
  * starts deep inside it (fetch_start_at, fetch_split) is shared by two fetches, the run's from the
@@ -90,8 +92,9 @@ struct fetch {
     uint16_t port;
     char *req_pre;  /* owns: request line and Host */
     char *req_post; /* owns: the fields after Range, and the blank line */
-    struct sockaddr_storage addr;
-    bool have_addr;
+    struct sockaddr_storage
+        addrs[RESOLVER_MAX_ADDRS]; /* as routed, in order; upstream fails over */
+    size_t n_addrs;                /* 0 until routed */
     bool flowing;              /* body bytes of the object have arrived (the run is streaming) */
     struct resolver_query *rq; /* owns while resolving */
     struct upstream *up;       /* owns while fetching */
@@ -769,7 +772,8 @@ static void sink_done(void *arg, enum up_err err)
     }
     if (f->meta_known && f->cur < f->n && f->attempts < FETCH_ATTEMPTS &&
         (err == UP_OK || err == UP_ERR_IO || err == UP_ERR_READ_TIMEOUT || err == UP_ERR_PROTO)) {
-        /* Cut short mid-body: ask for the rest, from the byte reached. */
+        /* Cut short mid-body: ask for the rest, from the byte reached, of the same addresses
+         * (upstream goes on to the next one if the first refuses now). */
         f->attempts++;
         f->resumed = true;
         g_stats.fetch_resumed++;
@@ -802,7 +806,9 @@ static void fetch_connect(struct fetch *f)
     ASSERT(n > 0 && (size_t)n < cap);
     struct upstream_req ur;
     memset(&ur, 0, sizeof(ur));
-    ur.addr = f->addr;
+    ur.addrs = f->addrs; /* (upstream puts them in today's order: a resumption avoids the dead) */
+    ur.n_addrs = f->n_addrs;
+    ur.resolver = fctx->resolver;
     ur.head = head;
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
@@ -813,14 +819,15 @@ static void fetch_connect(struct fetch *f)
     free(head); /* upstream_start copied it */
 }
 
-static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
     if (err == 0) {
-        f->addr = *addr;
-        f->have_addr = true;
+        ASSERT(n >= 1 && n <= RESOLVER_MAX_ADDRS);
+        memcpy(f->addrs, addrs, n * sizeof(addrs[0]));
+        f->n_addrs = n;
         fetch_connect(f);
         return;
     }
@@ -937,12 +944,12 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     return f;
 }
 
-/* Starts <f> towards <src>'s origin: its address when it has one, else routed as it was. */
+/* Starts <f> towards <src>'s origin: its addresses when it has them, else routed as it was. */
 static void fetch_go_like(struct fetch *f, const struct fetch *src)
 {
-    if (src->have_addr) {
-        f->addr = src->addr;
-        f->have_addr = true;
+    if (src->n_addrs > 0) {
+        memcpy(f->addrs, src->addrs, src->n_addrs * sizeof(src->addrs[0]));
+        f->n_addrs = src->n_addrs;
         f->host_is_ip = src->host_is_ip;
         fetch_connect(f);
     } else {
@@ -1020,8 +1027,7 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 {
     ASSERT(f->rq == NULL);
     f->host_is_ip = host_is_ip;
-    memset(&f->addr, 0, sizeof(f->addr));
-    f->have_addr = false; /* until routed (a redirect re-routes: fetch_split must not copy it) */
+    f->n_addrs = 0; /* until routed (a redirect re-routes: fetch_split must not copy them) */
     fetch_set_state(f, FETCH_S_RESOLVE);
     f->rq = resolver_route(fctx->resolver, f->host, host_is_ip, f->port,
                            fctx->has_override ? &fctx->override_addr : NULL, g_cfg->allow_private,

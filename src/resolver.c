@@ -8,8 +8,10 @@
  * every completion, even a cache hit, goes through the ready list and the zero-delay defer timer,
  * so callbacks never fire inside resolver_query() nor inside c-ares (which may call back
  * synchronously). Entries are freed by a sweep when the table grows, or by resolver_free().
- * A route (resolver_route) is a query whose answer is checked when delivered (resolver_pick), or,
- * for an override or an IP literal, a query put on the ready list at once with its one address.
+ * A route (resolver_route) is a query whose answer is checked and ordered when delivered
+ * (resolver_acceptable, resolver_order), or, for an override or an IP literal, a query put on the
+ * ready list at once with its one address. Dead addresses are a small array (RESOLVER_DEAD_MAX)
+ * searched linearly: it is read once per route and per origin connection.
  */
 #include "resolver.h"
 
@@ -71,6 +73,11 @@ struct sockw {
     struct sockw *next;
 };
 
+struct rdead {
+    struct sockaddr_storage addr;
+    uint64_t until_ms; /* dead until then */
+};
+
 struct resolver {
     unsigned magic;
     struct ev_loop *loop;
@@ -83,6 +90,8 @@ struct resolver {
     struct resolver_query *ready; /* completed queries to call back */
     struct resolver_query **ready_tail;
     bool freeing;
+    struct rdead dead[RESOLVER_DEAD_MAX];
+    size_t n_dead; /* entries in use at the front of dead (some may have expired) */
 };
 
 static unsigned host_hash(const char *s)
@@ -251,19 +260,25 @@ static struct rentry *entry_find(struct resolver *r, const char *host)
     return NULL;
 }
 
-/* A route's answer: the checked address, or why there is none. */
+/* A route's answer: the checked addresses in the order to try them, or why there are none. */
 static void deliver_route(struct resolver_query *q)
 {
     if (q->err != 0) {
-        q->route_cb(q->arg, q->err, NULL);
+        q->route_cb(q->arg, q->err, NULL, 0);
         return;
     }
-    const struct sockaddr_storage *pick =
-        q->routed ? &q->addrs[0] : resolver_pick(q->addrs, q->n, q->allow_private);
-    if (pick == NULL)
-        q->route_cb(q->arg, -EACCES, NULL);
-    else
-        q->route_cb(q->arg, 0, pick);
+    if (q->routed) {
+        q->route_cb(q->arg, 0, q->addrs, 1);
+        return;
+    }
+    struct sockaddr_storage ok[RESOLVER_MAX_ADDRS];
+    size_t n = resolver_acceptable(q->addrs, q->n, q->allow_private, ok);
+    if (n == 0) {
+        q->route_cb(q->arg, -EACCES, NULL, 0);
+        return;
+    }
+    resolver_order(q->r, ok, n, util_now_ms());
+    q->route_cb(q->arg, 0, ok, n);
 }
 
 static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -561,13 +576,90 @@ static bool v4_is_private(uint32_t a)
     return false;
 }
 
-const struct sockaddr_storage *resolver_pick(const struct sockaddr_storage *addrs, size_t n,
-                                             bool allow_private)
+size_t resolver_acceptable(const struct sockaddr_storage *addrs, size_t n, bool allow_private,
+                           struct sockaddr_storage *out)
 {
+    size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (allow_private || !resolver_addr_is_private((const void *)&addrs[i]))
-            return &addrs[i];
-    return NULL;
+            out[k++] = addrs[i];
+    return k;
+}
+
+/* Same family, address and port (the rest of the sockaddr is ignored). */
+static bool addr_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    return false;
+}
+
+/* The index of <addr>'s mark (expired or not) in r->dead, or r->n_dead when it has none. */
+static size_t dead_index(const struct resolver *r, const struct sockaddr_storage *addr)
+{
+    size_t i = 0;
+    while (i < r->n_dead && !addr_same(&r->dead[i].addr, addr))
+        i++;
+    return i;
+}
+
+void resolver_mark_dead(struct resolver *r, const struct sockaddr_storage *addr, uint64_t now_ms)
+{
+    CHECK_OBJ(r, RESOLVER_MAGIC);
+    size_t i = dead_index(r, addr);
+    if (i == r->n_dead && r->n_dead < RESOLVER_DEAD_MAX) {
+        r->n_dead++;
+    } else if (i == r->n_dead) { /* full: forget the mark that ends soonest (expired ones first) */
+        i = 0;
+        for (size_t j = 1; j < r->n_dead; j++)
+            if (r->dead[j].until_ms < r->dead[i].until_ms)
+                i = j;
+    }
+    r->dead[i].addr = *addr;
+    r->dead[i].until_ms = now_ms + RESOLVER_DEAD_MS;
+}
+
+void resolver_mark_alive(struct resolver *r, const struct sockaddr_storage *addr)
+{
+    CHECK_OBJ(r, RESOLVER_MAGIC);
+    size_t i = dead_index(r, addr);
+    if (i < r->n_dead)
+        r->dead[i] = r->dead[--r->n_dead];
+}
+
+bool resolver_is_dead(const struct resolver *r, const struct sockaddr_storage *addr,
+                      uint64_t now_ms)
+{
+    CHECK_OBJ(r, RESOLVER_MAGIC);
+    size_t i = dead_index(r, addr);
+    return i < r->n_dead && r->dead[i].until_ms > now_ms;
+}
+
+void resolver_order(const struct resolver *r, struct sockaddr_storage *addrs, size_t n,
+                    uint64_t now_ms)
+{
+    CHECK_OBJ(r, RESOLVER_MAGIC);
+    if (r->n_dead == 0 || n < 2)
+        return;
+    ASSERT(n <= RESOLVER_MAX_ADDRS);
+    struct sockaddr_storage dead[RESOLVER_MAX_ADDRS];
+    size_t k = 0, nd = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (resolver_is_dead(r, &addrs[i], now_ms))
+            dead[nd++] = addrs[i];
+        else
+            addrs[k++] = addrs[i];
+    }
+    memcpy(&addrs[k], dead, nd * sizeof(dead[0]));
 }
 
 bool resolver_addr_is_private(const struct sockaddr *sa)

@@ -45,6 +45,7 @@
 #define RELAY_PORT 443
 #define RELAY_TURN (512 * 1024) /* bytes per direction per wake-up (fairness) */
 #define RELAY_LINE 768          /* one access line */
+#define RELAY_MAX_TRIES 4       /* origin addresses a relay tries, as upstream does */
 
 #define RELAY_PHASES(X)                                                                            \
     X(HELLO)                                                                                       \
@@ -130,7 +131,10 @@ struct relay {
     size_t hello_len;
     struct tlshello_sni sni;
     bool has_sni;
-    struct resolver_query *rq; /* owns while RESOLVE */
+    struct resolver_query *rq;                      /* owns while RESOLVE */
+    struct sockaddr_storage addrs[RELAY_MAX_TRIES]; /* the route's, in order */
+    size_t n_addrs;
+    size_t cur; /* addrs[cur]: the address being connected to (origin) */
     struct sockaddr_storage origin;
     bool has_origin;
     struct sockaddr_storage local; /* our end of the origin socket (loop detection) */
@@ -431,8 +435,39 @@ static void relay_start(struct relay *r)
 
 /* ---- CONNECT ------------------------------------------------------------------------------ */
 
-static void relay_connect(struct relay *r, const struct sockaddr_storage *addr)
+static void relay_connect(struct relay *r);
+
+/*
+ * The connect to addrs[cur] failed (<err>: an errno): the address is marked dead (the resolver
+ * lists it last for a while) and the next one is tried, as upstream does for HTTP (nothing was
+ * sent yet); without one the relay ends (OUT_CONNECT).
+ */
+static void relay_connect_failed(struct relay *r, int err)
 {
+    char a[UTIL_ADDR_TEXT_MAX];
+    util_addr_text(&r->origin, a, sizeof(a));
+    resolver_mark_dead(rctx->resolver, &r->origin, util_now_ms());
+    if (r->cur + 1 < r->n_addrs) {
+        char next[UTIL_ADDR_TEXT_MAX];
+        util_addr_text(&r->addrs[r->cur + 1], next, sizeof(next));
+        log_info("tls#%u %s: connect %s (%s): %s: trying %s", r->id, r->peer, a, r->sni.host,
+                 strerror(err), next);
+        g_stats.upstream_connect_failover++;
+        set_io(&r->oio, &r->oev, r->ofd, 0);
+        close(r->ofd);
+        r->ofd = -1;
+        r->has_local = false;
+        r->cur++;
+        relay_connect(r);
+        return;
+    }
+    log_info("tls#%u %s: connect %s (%s): %s", r->id, r->peer, a, r->sni.host, strerror(err));
+    relay_close(r, OUT_CONNECT);
+}
+
+static void relay_connect(struct relay *r)
+{
+    const struct sockaddr_storage *addr = &r->addrs[r->cur];
     r->origin = *addr;
     r->has_origin = true;
     socklen_t alen =
@@ -447,10 +482,7 @@ static void relay_connect(struct relay *r, const struct sockaddr_storage *addr)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (const struct sockaddr *)addr, alen) < 0 && errno != EINPROGRESS) {
-        char a[64];
-        util_addr_text(addr, a, sizeof(a));
-        log_info("tls#%u %s: connect %s: %s", r->id, r->peer, a, strerror(errno));
-        relay_close(r, OUT_CONNECT);
+        relay_connect_failed(r, errno);
         return;
     }
     socklen_t sl = sizeof(r->local);
@@ -469,25 +501,26 @@ static void on_connected(struct relay *r)
     if (soerr == EINPROGRESS || soerr == EALREADY)
         return;
     if (soerr != 0) {
-        char a[64];
-        util_addr_text(&r->origin, a, sizeof(a));
-        log_info("tls#%u %s: connect %s (%s): %s", r->id, r->peer, a, r->sni.host, strerror(soerr));
-        relay_close(r, OUT_CONNECT);
+        relay_connect_failed(r, soerr);
         return;
     }
+    resolver_mark_alive(rctx->resolver, &r->origin);
     relay_start(r);
 }
 
 /* ---- RESOLVE ------------------------------------------------------------------------------ */
 
-static void on_routed(void *arg, int err, const struct sockaddr_storage *addr)
+static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
 {
     struct relay *r = arg;
     CHECK_OBJ(r, RELAY_MAGIC);
     r->rq = NULL;
     ASSERT(r->phase == PH_RESOLVE);
     if (err == 0) {
-        relay_connect(r, addr);
+        r->n_addrs = n < RELAY_MAX_TRIES ? n : RELAY_MAX_TRIES;
+        memcpy(r->addrs, addrs, r->n_addrs * sizeof(addrs[0]));
+        r->cur = 0;
+        relay_connect(r);
     } else if (err == -EACCES) {
         log_info("tls#%u %s: %s resolves to a private address: refused", r->id, r->peer,
                  r->sni.host);
@@ -622,8 +655,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
         relay_close(r, OUT_TIMEOUT);
         break;
     case PH_CONNECT:
-        log_info("tls#%u %s: connect timeout (%s)", r->id, r->peer, r->sni.host);
-        relay_close(r, OUT_CONNECT);
+        relay_connect_failed(r, ETIMEDOUT);
         break;
     case PH_RELAY:
         log_debug("tls#%u %s: idle_timeout", r->id, r->peer);

@@ -12,8 +12,10 @@
  * | DONE       | nothing: on_done called, about to be freed  | -                  |
  *
  * One driver (on_up_io) does the I/O the event allows, then steps while progress is made, then
- * recomputes watcher interest in update_io(). The struct is freed only in up_finish(), never while
- * a sink callback is on the stack (in_cb guards upstream_cancel() from inside a callback).
+ * recomputes watcher interest in update_io(). A failed connect goes on to the next address
+ * (up_failover: CONNECTING -> WAIT_SLOT or CONNECTING again) before anything was sent. The
+ * struct is freed only in up_finish(), never while a sink callback is on the stack (in_cb guards
+ * upstream_cancel() from inside a callback).
  */
 #include "upstream.h"
 
@@ -29,6 +31,7 @@
 #include "buf.h"
 #include "config.h"
 #include "log.h"
+#include "resolver.h"
 #include "stats.h"
 #include "upool.h"
 #include "util.h"
@@ -70,10 +73,13 @@ struct upstream {
     struct upool *pool;    /* borrows */
     struct origin *origin; /* borrows; kept alive by our slot or wait */
     bool have_slot;
-    struct upool_wait wait; /* queued for a slot in WAIT_SLOT */
-    struct sockaddr_storage addr;
-    int fd;      /* owns, -1 when none */
-    bool reused; /* fd came from the idle pool */
+    struct upool_wait wait;                            /* queued for a slot in WAIT_SLOT */
+    struct sockaddr_storage addrs[UPSTREAM_MAX_TRIES]; /* where to connect, in order */
+    size_t n_addrs;
+    size_t cur;                /* addrs[cur]: this attempt's address (origin's) */
+    struct resolver *resolver; /* borrows; NULL: no address health kept */
+    int fd;                    /* owns, -1 when none */
+    bool reused;               /* fd came from the idle pool */
     bool retried;
     bool got_bytes; /* any response byte seen on this fd */
     bool paused;    /* the sink took less than offered */
@@ -226,6 +232,16 @@ static void up_finish(struct upstream *up, enum up_err err)
 
 static void on_slot(struct upool_wait *w);
 static void up_begin(struct upstream *up);
+static bool up_failover(struct upstream *up, const char *why);
+
+/* The connect to addrs[cur] works: the address is not dead (any more). */
+static void up_connected(struct upstream *up)
+{
+    if (up->resolver != NULL)
+        resolver_mark_alive(up->resolver, &up->addrs[up->cur]);
+    up_set_state(up, UP_S_SENDING);
+    up_timer_first_byte(up);
+}
 
 static void up_fail_later(struct upstream *up, enum up_err err)
 {
@@ -237,7 +253,8 @@ static void up_fail_later(struct upstream *up, enum up_err err)
 
 static void up_connect(struct upstream *up)
 {
-    int fd = socket(up->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const struct sockaddr_storage *addr = &up->addrs[up->cur];
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn("up#%u: socket: %s", up->id, strerror(errno));
         g_stats.upstream_err_connect++;
@@ -247,22 +264,23 @@ static void up_connect(struct upstream *up)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     socklen_t alen =
-        up->addr.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        addr->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     up->fd = fd;
     up->reused = false;
     up->got_bytes = false;
     g_stats.upstream_conn_new++;
-    if (connect(fd, (struct sockaddr *)&up->addr, alen) == 0) {
-        up_set_state(up, UP_S_SENDING);
-        up_timer_first_byte(up);
+    if (connect(fd, (const struct sockaddr *)addr, alen) == 0) {
+        up_connected(up);
     } else if (errno == EINPROGRESS) {
         up_set_state(up, UP_S_CONNECTING);
         up_timer(up, g_cfg->connect_timeout_ms);
     } else {
-        log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin), strerror(errno));
+        int e = errno; /* (refused or unreachable at once: loopback, no route) */
+        log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin), strerror(e));
         close_fd(up);
         g_stats.upstream_err_connect++;
-        up_fail_later(up, UP_ERR_CONNECT);
+        if (!up_failover(up, strerror(e)))
+            up_fail_later(up, UP_ERR_CONNECT); /* (the next address's connect ran already) */
         return;
     }
     update_io(up);
@@ -313,6 +331,56 @@ static bool up_retry(struct upstream *up)
     return true;
 }
 
+/*
+ * The connect to addrs[cur] failed (<why>): the address is marked dead and, when the request
+ * has another address, it goes on there (nothing was sent yet) with a slot of that address's
+ * origin and a first-byte timeout of its own. Returns false when no address is left.
+ */
+static bool up_failover(struct upstream *up, const char *why)
+{
+    if (up->resolver != NULL)
+        resolver_mark_dead(up->resolver, &up->addrs[up->cur], util_now_ms());
+    if (up->cur + 1 >= up->n_addrs)
+        return false;
+    char next[UTIL_ADDR_TEXT_MAX];
+    util_addr_text(&up->addrs[up->cur + 1], next, sizeof(next));
+    log_info("up#%u %s: connect: %s: trying %s (address %zu of %zu)", up->id,
+             upool_origin_name(up->origin), why, next, up->cur + 2, up->n_addrs);
+    g_stats.upstream_connect_failover++;
+    g_stats.upstream_requests--; /* counted again by up_begin */
+    close_fd(up);
+    ev_timer_stop(up->loop, &up->timer);
+    if (up->have_slot) {
+        up->have_slot = false;
+        upool_release(up->origin, -1); /* (may free that origin) */
+    }
+    up->cur++;
+    up->retried = false; /* another origin: its idle sockets may be taken (and retried once) */
+    up->origin = upool_origin(up->pool, &up->addrs[up->cur]);
+    up->first_byte_deadline = ev_now(up->loop) + (double)g_cfg->first_byte_timeout_ms / 1000.0;
+    if (upool_slot_try(up->origin)) {
+        up->have_slot = true;
+        up_begin(up);
+    } else {
+        g_stats.upstream_queued++;
+        up_set_state(up, UP_S_WAIT_SLOT);
+        upool_wait(up->origin, &up->wait, on_slot);
+        up_timer_first_byte(up);
+    }
+    return true;
+}
+
+/* A connect that failed after EINPROGRESS (<err>: UP_ERR_CONNECT or UP_ERR_CONNECT_TIMEOUT). */
+static void up_connect_failed(struct upstream *up, enum up_err err, const char *why)
+{
+    if (err == UP_ERR_CONNECT_TIMEOUT)
+        g_stats.upstream_err_timeout++;
+    else
+        g_stats.upstream_err_connect++;
+    if (!up_failover(up, why))
+        up_finish(up, err);
+}
+
 static void up_fail(struct upstream *up, enum up_err err)
 {
     if (err == UP_ERR_IO && up_retry(up))
@@ -352,7 +420,7 @@ static void on_up_timer(struct ev_loop *loop, ev_timer *w, int revents)
     }
     switch (up->state) {
     case UP_S_CONNECTING:
-        up_fail(up, UP_ERR_CONNECT_TIMEOUT);
+        up_connect_failed(up, UP_ERR_CONNECT_TIMEOUT, "timed out");
         break;
     case UP_S_WAIT_SLOT:
     case UP_S_SENDING:
@@ -487,11 +555,10 @@ static void on_up_io(struct ev_loop *loop, ev_io *w, int revents)
         if (soerr != 0) {
             log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin),
                       strerror(soerr));
-            up_fail(up, UP_ERR_CONNECT);
+            up_connect_failed(up, UP_ERR_CONNECT, strerror(soerr));
             return;
         }
-        up_set_state(up, UP_S_SENDING);
-        up_timer_first_byte(up);
+        up_connected(up);
     }
     if (up->state == UP_S_SENDING && (revents & EV_WRITE)) {
         while (up->out_sent < buf_len(&up->out)) {
@@ -557,7 +624,14 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     up->loop = loop;
     up->pool = pool;
     up->fd = -1;
-    up->addr = req->addr;
+    ASSERT(req->n_addrs >= 1 && req->n_addrs <= RESOLVER_MAX_ADDRS);
+    struct sockaddr_storage addrs[RESOLVER_MAX_ADDRS];
+    memcpy(addrs, req->addrs, req->n_addrs * sizeof(addrs[0]));
+    if (req->resolver != NULL) /* the health of now, not of when the list was made */
+        resolver_order(req->resolver, addrs, req->n_addrs, util_now_ms());
+    up->n_addrs = req->n_addrs < UPSTREAM_MAX_TRIES ? req->n_addrs : UPSTREAM_MAX_TRIES;
+    memcpy(up->addrs, addrs, up->n_addrs * sizeof(addrs[0]));
+    up->resolver = req->resolver;
     up->method = req->method;
     up->sink = sink;
     up->arg = arg;
@@ -571,7 +645,7 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     ev_init(&up->timer, on_up_timer);
     up->first_byte_deadline = ev_now(loop) + (double)g_cfg->first_byte_timeout_ms / 1000.0;
     up_live++;
-    up->origin = upool_origin(pool, &up->addr);
+    up->origin = upool_origin(pool, &up->addrs[0]);
     if (upool_slot_try(up->origin)) {
         up->have_slot = true;
         up_begin(up);

@@ -24,6 +24,7 @@ REQUIRED = {
     "cacheparty_response_bytes_total": ("cache", "counter"),
     "cacheparty_upstream_requests_total": (None, "counter"),
     "cacheparty_upstream_bytes_total": (None, "counter"),
+    "cacheparty_upstream_connect_failover_total": (None, "counter"),
     "cacheparty_coalesced_total": (None, "counter"),
     "cacheparty_inflight_fetches": (None, "gauge"),
     "cacheparty_connections": ("kind", "gauge"),

@@ -408,15 +408,28 @@ class Origin:
     """Scripted HTTP origin. Counters: connections (accepted), requests (list of Request),
     body_bytes_sent, bytes_sent. Thread-per-connection."""
 
-    def __init__(self, bind="127.0.0.1"):
+    def __init__(self, bind="127.0.0.1", port=0):
         """bind: the listen address; "0.0.0.0" sees connections to any local address (tests in a
-        network namespace of their own), .addr stays 127.0.0.1:<port>."""
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        network namespace of their own), .addr stays 127.0.0.1:<port>; another loopback address
+        ("127.0.0.2", or "::1" for IPv6) gives .addr on it. port: 0 for an ephemeral one, else
+        that one (several origins on one port, each on its own address: one name's addresses).
+        Raises OSError when the address cannot be bound (no IPv6 on the host)."""
+        v6 = ":" in bind
+        self.lsock = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((bind, 0))
+        try:
+            self.lsock.bind((bind, port))
+        except OSError:
+            self.lsock.close()
+            raise
         self.lsock.listen(1024)
         self.port = self.lsock.getsockname()[1]
-        self.addr = "127.0.0.1:%d" % self.port
+        if v6:
+            self.addr = "[%s]:%d" % (bind, self.port)
+        elif bind in ("0.0.0.0", "127.0.0.1"):
+            self.addr = "127.0.0.1:%d" % self.port
+        else:
+            self.addr = "%s:%d" % (bind, self.port)
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -507,6 +520,18 @@ class Origin:
                 fn = f
                 break
         (fn or default_handler)(ex)
+
+    def close_listener(self):
+        """Stops accepting: connects to this origin are refused from now on, while the
+        connections already open go on. Safe from a handler."""
+        try:
+            self.lsock.shutdown(socket.SHUT_RDWR)   # wakes the accept loop (close alone may not)
+        except OSError:
+            pass
+        try:
+            self.lsock.close()
+        except OSError:
+            pass
 
     def stop(self):
         self.stopping.set()
@@ -1712,8 +1737,8 @@ class CPTestCase(unittest.TestCase):
                     shutil.rmtree(tmp, ignore_errors=True)
 
     # fixtures ------------------------------------------------------------------------------
-    def start_origin(self):
-        o = Origin()
+    def start_origin(self, bind="127.0.0.1", port=0):
+        o = Origin(bind, port)
         self._origins.append(o)
         return o
 

@@ -1,7 +1,8 @@
 /* LDFLAGS: -Wl,--wrap=util_now_ms */
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * test_resolver: resolver_addr_is_private() over address tables, and the c-ares resolver on a
+ * test_resolver: resolver_addr_is_private() over address tables, address health (dead marks,
+ * the failover order, with the time passed in or the wrapped clock), and the c-ares resolver on a
  * real libev loop against a tiny DNS responder written here (a UDP socket on 127.0.0.1:0 served
  * by an ev_io watcher on the same loop). The responder knows a few names, counts the questions it
  * gets, answers with a chosen TTL, and can hold its answers to keep queries pending.
@@ -186,18 +187,22 @@ static void set_v4(struct sockaddr_storage *ss, const char *ip)
     assert_int_equal(inet_pton(AF_INET, ip, &s4->sin_addr), 1);
 }
 
-static void test_resolver_pick_first_public_or_first(void **state)
+static void test_resolver_acceptable_drops_private_keeps_order(void **state)
 {
-    struct sockaddr_storage a[3];
+    struct sockaddr_storage a[4], out[4];
     (void)state;
     set_v4(&a[0], "10.0.0.1");
     set_v4(&a[1], "93.184.216.34");
-    set_v4(&a[2], "8.8.8.8");
-    assert_ptr_equal(resolver_pick(a, 3, false), &a[1]);
-    assert_ptr_equal(resolver_pick(a, 3, true), &a[0]);
-    assert_null(resolver_pick(a, 1, false)); /* only private */
-    assert_ptr_equal(resolver_pick(a, 1, true), &a[0]);
-    assert_null(resolver_pick(a, 0, true));
+    set_v4(&a[2], "127.0.0.1");
+    set_v4(&a[3], "8.8.8.8");
+    assert_int_equal(resolver_acceptable(a, 4, false, out), 2);
+    assert_memory_equal(&out[0], &a[1], sizeof(a[0]));
+    assert_memory_equal(&out[1], &a[3], sizeof(a[0]));
+    assert_int_equal(resolver_acceptable(a, 4, true, out), 4); /* allow_private: all, in order */
+    assert_memory_equal(out, a, sizeof(a));
+    assert_int_equal(resolver_acceptable(a, 1, false, out), 0); /* only private */
+    assert_int_equal(resolver_acceptable(a, 1, true, out), 1);
+    assert_int_equal(resolver_acceptable(a, 0, true, out), 0);
 }
 
 /* ---- a tiny DNS responder ---- */
@@ -269,6 +274,8 @@ static size_t put_rr(unsigned char *p, uint16_t type, uint32_t ttl, const void *
  *   mixed.test                     A 127.0.0.2, AAAA ::2
  *   v6only.test                    AAAA ::1 (A: no data)
  *   public.test                    A 10.0.0.1, AAAA 2606:4700::1111 (a private and a public one)
+ *   multi.test                     A 127.0.0.1, A 127.0.0.2, AAAA ::1
+ *   pubmulti.test                  A 10.0.0.1, A 93.184.216.34, AAAA 2606:4700::1111
  *   nodata.test                    no data for either type
  *   fail.test                      SERVFAIL
  *   anything else                  NXDOMAIN
@@ -330,6 +337,26 @@ static void srv_answer(struct dns_srv *s, const unsigned char *q, size_t qlen,
         if (type == T_A) {
             o += put_rr(r + o, T_A, s->ttl, ten, 4);
             an++;
+        } else if (type == T_AAAA) {
+            o += put_rr(r + o, T_AAAA, s->ttl, pub6, 16);
+            an++;
+        }
+    } else if (strcmp(name, "multi.test") == 0) {
+        if (type == T_A) {
+            o += put_rr(r + o, T_A, s->ttl, a1, 4);
+            o += put_rr(r + o, T_A, s->ttl, a2, 4);
+            an += 2;
+        } else if (type == T_AAAA) {
+            o += put_rr(r + o, T_AAAA, s->ttl, six1, 16);
+            an++;
+        }
+    } else if (strcmp(name, "pubmulti.test") == 0) {
+        static const unsigned char ten[4] = {10, 0, 0, 1}, pub[4] = {93, 184, 216, 34};
+        static const unsigned char pub6[16] = {0x26, 0x06, 0x47, 0x00, [14] = 0x11, [15] = 0x11};
+        if (type == T_A) {
+            o += put_rr(r + o, T_A, s->ttl, ten, 4);
+            o += put_rr(r + o, T_A, s->ttl, pub, 4);
+            an += 2;
         } else if (type == T_AAAA) {
             o += put_rr(r + o, T_AAAA, s->ttl, pub6, 16);
             an++;
@@ -930,18 +957,25 @@ struct route_res {
     bool sync; /* fired inside resolver_route() */
     int err;
     bool has_addr;
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr; /* the first one */
+    size_t n;
+    struct sockaddr_storage addrs[RESOLVER_MAX_ADDRS];
 };
 
-static void on_route(void *arg, int err, const struct sockaddr_storage *addr)
+static void on_route(void *arg, int err, const struct sockaddr_storage *addrs, size_t n)
 {
     struct route_res *r = arg;
     r->fired++;
     r->sync |= g_in_query;
     r->err = err;
-    r->has_addr = addr != NULL;
-    if (addr != NULL)
-        r->addr = *addr;
+    r->has_addr = addrs != NULL;
+    r->n = n;
+    assert_true(n <= RESOLVER_MAX_ADDRS);
+    assert_true((addrs != NULL) == (n > 0));
+    if (addrs != NULL) {
+        r->addr = addrs[0];
+        memcpy(r->addrs, addrs, n * sizeof(addrs[0]));
+    }
 }
 
 static struct resolver_query *route(struct fx *f, const char *host, bool is_ip, uint16_t port,
@@ -1030,9 +1064,11 @@ static void test_resolver_route_picks_the_first_public_address(void **state)
     route(f, "public.test", false, 80, NULL, false, &a);
     assert_routed(f, &a, 0);
     assert_v6(&a.addr, "2606:4700::1111", 80);
+    assert_int_equal(a.n, 1);
     route(f, "public.test", false, 80, NULL, true, &b); /* cached: the first one */
     assert_routed(f, &b, 0);
     assert_v4(&b.addr, "10.0.0.1", 80);
+    assert_int_equal(b.n, 2);
 }
 
 static void test_resolver_route_dns_failure_passed_on(void **state)
@@ -1070,6 +1106,147 @@ static void test_resolver_route_cancel_never_fires(void **state)
     assert_int_equal(c.fired, 0);
 }
 
+/* ---- address health and failover order ---- */
+
+static void test_resolver_route_lists_every_address_ipv4_first(void **state)
+{
+    struct fx *f = *state;
+    struct route_res r = {0};
+    route(f, "multi.test", false, 8080, NULL, true, &r);
+    assert_routed(f, &r, 0);
+    assert_int_equal(r.n, 3);
+    assert_v4(&r.addrs[0], "127.0.0.1", 8080);
+    assert_v4(&r.addrs[1], "127.0.0.2", 8080);
+    assert_v6(&r.addrs[2], "::1", 8080);
+}
+
+static void test_resolver_route_private_addresses_left_out_of_the_list(void **state)
+{
+    struct fx *f = *state;
+    struct route_res a = {0}, b = {0};
+    route(f, "pubmulti.test", false, 80, NULL, false, &a);
+    assert_routed(f, &a, 0);
+    assert_int_equal(a.n, 2); /* 10.0.0.1 is never tried */
+    assert_v4(&a.addrs[0], "93.184.216.34", 80);
+    assert_v6(&a.addrs[1], "2606:4700::1111", 80);
+    route(f, "multi.test", false, 80, NULL, false, &b); /* all loopback */
+    assert_routed(f, &b, -EACCES);
+    assert_int_equal(b.n, 0);
+}
+
+static void test_resolver_route_dead_address_listed_last_until_it_expires(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage dead;
+    assert_int_equal(resolver_literal("127.0.0.1", 8080, &dead), 0);
+    resolver_mark_dead(f->r, &dead, util_now_ms());
+    struct route_res a = {0}, b = {0}, c = {0};
+    route(f, "multi.test", false, 8080, NULL, true, &a);
+    assert_routed(f, &a, 0);
+    assert_int_equal(a.n, 3);
+    assert_v4(&a.addrs[0], "127.0.0.2", 8080);
+    assert_v6(&a.addrs[1], "::1", 8080);
+    assert_v4(&a.addrs[2], "127.0.0.1", 8080); /* still tried, last */
+    /* The mark is per port: 127.0.0.1:80 is not dead. */
+    route(f, "multi.test", false, 80, NULL, true, &b);
+    assert_routed(f, &b, 0);
+    assert_v4(&b.addrs[0], "127.0.0.1", 80);
+    /* RESOLVER_DEAD_MS later (the DNS answer is still cached) the order is the DNS's again. */
+    g_clock_offset_ms += RESOLVER_DEAD_MS;
+    route(f, "multi.test", false, 8080, NULL, true, &c);
+    assert_routed(f, &c, 0);
+    assert_int_equal(c.n, 3);
+    assert_v4(&c.addrs[0], "127.0.0.1", 8080);
+    assert_v4(&c.addrs[1], "127.0.0.2", 8080);
+}
+
+static void test_resolver_route_every_address_dead_still_lists_them_all(void **state)
+{
+    struct fx *f = *state;
+    static const char *const ips[] = {"127.0.0.1", "127.0.0.2", "::1"};
+    for (size_t i = 0; i < ARRAY_SIZE(ips); i++) {
+        struct sockaddr_storage a;
+        assert_int_equal(resolver_literal(ips[i], 80, &a), 0);
+        resolver_mark_dead(f->r, &a, util_now_ms());
+    }
+    struct route_res r = {0};
+    route(f, "multi.test", false, 80, NULL, true, &r);
+    assert_routed(f, &r, 0);
+    assert_int_equal(r.n, 3);
+    assert_v4(&r.addrs[0], "127.0.0.1", 80);
+    assert_v4(&r.addrs[1], "127.0.0.2", 80);
+    assert_v6(&r.addrs[2], "::1", 80);
+}
+
+static void test_resolver_mark_dead_expires_after_dead_ms(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage a, b;
+    assert_int_equal(resolver_literal("192.0.2.7", 443, &a), 0);
+    assert_int_equal(resolver_literal("192.0.2.7", 80, &b), 0);
+    assert_false(resolver_is_dead(f->r, &a, 1000));
+    resolver_mark_dead(f->r, &a, 1000);
+    assert_true(resolver_is_dead(f->r, &a, 1000));
+    assert_true(resolver_is_dead(f->r, &a, 1000 + RESOLVER_DEAD_MS - 1));
+    assert_false(resolver_is_dead(f->r, &a, 1000 + RESOLVER_DEAD_MS));
+    assert_false(resolver_is_dead(f->r, &b, 1000)); /* another port */
+    /* Marked again: dead again, from then on. */
+    resolver_mark_dead(f->r, &a, 1000 + RESOLVER_DEAD_MS);
+    assert_true(resolver_is_dead(f->r, &a, 1000 + 2 * RESOLVER_DEAD_MS - 1));
+}
+
+static void test_resolver_mark_alive_clears_the_mark(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage a, b;
+    assert_int_equal(resolver_literal("2001:db8::5", 80, &a), 0);
+    assert_int_equal(resolver_literal("192.0.2.5", 80, &b), 0);
+    resolver_mark_dead(f->r, &a, 1000);
+    resolver_mark_dead(f->r, &b, 1000);
+    resolver_mark_alive(f->r, &a);
+    assert_false(resolver_is_dead(f->r, &a, 1000));
+    assert_true(resolver_is_dead(f->r, &b, 1000));
+    resolver_mark_alive(f->r, &a); /* not marked: nothing */
+    assert_true(resolver_is_dead(f->r, &b, 1000));
+}
+
+static void test_resolver_order_live_first_each_group_in_order(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage a[4], want[4];
+    set_v4(&a[0], "192.0.2.1");
+    set_v4(&a[1], "192.0.2.2");
+    set_v4(&a[2], "192.0.2.3");
+    set_v4(&a[3], "192.0.2.4");
+    want[0] = a[1];
+    want[1] = a[3];
+    want[2] = a[0];
+    want[3] = a[2];
+    resolver_mark_dead(f->r, &a[0], 5000);
+    resolver_mark_dead(f->r, &a[2], 5000);
+    struct sockaddr_storage b[4];
+    memcpy(b, a, sizeof(a));
+    resolver_order(f->r, b, 4, 5000);
+    assert_memory_equal(b, want, sizeof(want));
+    memcpy(b, a, sizeof(a));
+    resolver_order(f->r, b, 4, 5000 + RESOLVER_DEAD_MS); /* expired: as given */
+    assert_memory_equal(b, a, sizeof(a));
+}
+
+static void test_resolver_mark_dead_table_bounded_forgets_the_soonest(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_storage a[RESOLVER_DEAD_MAX + 1];
+    for (size_t i = 0; i <= RESOLVER_DEAD_MAX; i++) {
+        assert_int_equal(resolver_literal("192.0.2.9", (uint16_t)(1000 + i), &a[i]), 0);
+        resolver_mark_dead(f->r, &a[i], 1000 + i); /* a[0]'s mark ends first */
+    }
+    uint64_t now = 1000 + RESOLVER_DEAD_MAX;
+    assert_false(resolver_is_dead(f->r, &a[0], now)); /* forgotten for the newest */
+    for (size_t i = 1; i <= RESOLVER_DEAD_MAX; i++)
+        assert_true(resolver_is_dead(f->r, &a[i], now));
+}
+
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
 int main(void)
@@ -1078,7 +1255,7 @@ int main(void)
         cmocka_unit_test(test_resolver_addr_is_private_v4_table),
         cmocka_unit_test(test_resolver_addr_is_private_v6_table),
         cmocka_unit_test(test_resolver_addr_is_private_other_family_true),
-        cmocka_unit_test(test_resolver_pick_first_public_or_first),
+        cmocka_unit_test(test_resolver_acceptable_drops_private_keeps_order),
         FX(test_resolver_query_resolves_with_port),
         FX(test_resolver_query_ipv4_first),
         FX(test_resolver_query_v6_only_name),
@@ -1107,6 +1284,14 @@ int main(void)
         FX(test_resolver_route_picks_the_first_public_address),
         FX(test_resolver_route_dns_failure_passed_on),
         FX(test_resolver_route_cancel_never_fires),
+        FX(test_resolver_route_lists_every_address_ipv4_first),
+        FX(test_resolver_route_private_addresses_left_out_of_the_list),
+        FX(test_resolver_route_dead_address_listed_last_until_it_expires),
+        FX(test_resolver_route_every_address_dead_still_lists_them_all),
+        FX(test_resolver_mark_dead_expires_after_dead_ms),
+        FX(test_resolver_mark_alive_clears_the_mark),
+        FX(test_resolver_order_live_first_each_group_in_order),
+        FX(test_resolver_mark_dead_table_bounded_forgets_the_soonest),
         /* Last: under "make asan" (UBSan halt_on_error) its signed overflow aborts the binary. */
         FX(test_resolver_query_ttl_over_24_days_cached_one_hour),
     };

@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "resolver.h"
 #include "stats.h"
 #include "upool.h"
 #include "util.h"
@@ -404,14 +405,31 @@ static const struct upstream_sink rec_sink = {on_rec_head, on_rec_body, on_rec_d
 
 static const char GET_HEAD[] = "GET /obj HTTP/1.1\r\nHost: origin.test\r\n\r\n";
 
-static void start_port(struct fx *f, struct rec *r, enum h1_method m, uint16_t port)
+static struct resolver *g_health; /* the next requests' req.resolver (NULL: none) */
+
+/* 127.0.0.1:<port>. */
+static void loopback(struct sockaddr_storage *ss, uint16_t port)
 {
-    struct upstream_req req;
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&req.addr;
-    memset(&req, 0, sizeof(req));
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    memset(ss, 0, sizeof(*ss));
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     s4->sin_port = htons(port);
+}
+
+/* A request to 127.0.0.1:<ports>[0..n), tried in that order. */
+static void start_ports(struct fx *f, struct rec *r, enum h1_method m, const uint16_t *ports,
+                        size_t n)
+{
+    struct upstream_req req;
+    struct sockaddr_storage addrs[8];
+    assert_true(n >= 1 && n <= 8);
+    memset(&req, 0, sizeof(req));
+    for (size_t i = 0; i < n; i++)
+        loopback(&addrs[i], ports[i]);
+    req.addrs = addrs;
+    req.n_addrs = n;
+    req.resolver = g_health;
     req.head = m == H1_M_HEAD ? "HEAD /obj HTTP/1.1\r\nHost: origin.test\r\n\r\n" : GET_HEAD;
     req.head_len = strlen(req.head);
     req.method = m;
@@ -420,6 +438,11 @@ static void start_port(struct fx *f, struct rec *r, enum h1_method m, uint16_t p
     g_in_call = false;
     assert_non_null(r->up);
     assert_int_equal(r->heads + r->done + (int)r->offers, 0);
+}
+
+static void start_port(struct fx *f, struct rec *r, enum h1_method m, uint16_t port)
+{
+    start_ports(f, r, m, &port, 1);
 }
 
 static void start(struct fx *f, struct rec *r, enum h1_method m)
@@ -872,21 +895,27 @@ static void test_upstream_start_fresh_connection_closed_is_io_error(void **state
 
 /* ---- errors ---- */
 
-static void test_upstream_start_connect_refused(void **state)
+/* A loopback port with nothing listening: bind, read it back, close. */
+static uint16_t closed_port(void)
 {
-    struct fx *f = *state;
-    struct rec r = {0};
-    /* A port with nothing listening: bind, read it back, close. */
     struct sockaddr_in sin;
     socklen_t sl = sizeof(sin);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
     memset(&sin, 0, sizeof(sin));
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
     assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &sl), 0);
     close(fd);
-    start_port(f, &r, H1_M_GET, ntohs(sin.sin_port));
+    return ntohs(sin.sin_port);
+}
+
+static void test_upstream_start_connect_refused(void **state)
+{
+    struct fx *f = *state;
+    struct rec r = {0};
+    start_port(f, &r, H1_M_GET, closed_port());
     assert_int_equal(r.done, 0); /* never before upstream_start() returns */
     RUN_UNTIL(f, r.done > 0);
     assert_clean(&r);
@@ -894,6 +923,91 @@ static void test_upstream_start_connect_refused(void **state)
     assert_int_equal(r.heads, 0);
     assert_int_equal(g_stats.upstream_err_connect, 1);
     rec_free(&r);
+}
+
+static void test_upstream_start_refused_address_fails_over_to_the_next(void **state)
+{
+    struct fx *f = *state;
+    struct rec r = {0};
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    uint16_t ports[2] = {closed_port(), f->srv.port};
+    start_ports(f, &r, H1_M_GET, ports, 2);
+    assert_int_equal(r.done, 0); /* never before upstream_start() returns */
+    RUN_UNTIL(f, r.done > 0);
+    assert_clean(&r);
+    assert_int_equal(r.err, UP_OK);
+    assert_int_equal(r.status, 200);
+    assert_body(&r, "ok", 2);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_int_equal(g_stats.upstream_err_connect, 1);
+    assert_int_equal(g_stats.upstream_requests, 1); /* one request, sent once */
+    rec_free(&r);
+}
+
+static void test_upstream_start_every_address_refused_is_connect_error(void **state)
+{
+    struct fx *f = *state;
+    struct rec r = {0};
+    uint16_t ports[2] = {closed_port(), closed_port()};
+    start_ports(f, &r, H1_M_GET, ports, 2);
+    RUN_UNTIL(f, r.done > 0);
+    assert_clean(&r);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.err, UP_ERR_CONNECT);
+    assert_int_equal(r.heads, 0);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_int_equal(g_stats.upstream_err_connect, 2);
+    rec_free(&r);
+}
+
+static void test_upstream_start_tries_at_most_four_addresses(void **state)
+{
+    struct fx *f = *state;
+    struct rec r = {0};
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    uint16_t dead = closed_port();
+    uint16_t ports[6] = {dead, dead, dead, dead, f->srv.port, f->srv.port};
+    start_ports(f, &r, H1_M_GET, ports, 6);
+    RUN_UNTIL(f, r.done > 0);
+    assert_clean(&r);
+    assert_int_equal(r.err, UP_ERR_CONNECT); /* the fifth, a live one, is never tried */
+    assert_int_equal(g_stats.upstream_err_connect, UPSTREAM_MAX_TRIES);
+    assert_int_equal(g_stats.upstream_connect_failover, UPSTREAM_MAX_TRIES - 1);
+    assert_int_equal(f->srv.accepts, 0);
+    rec_free(&r);
+}
+
+static void test_upstream_start_failed_address_marked_dead_then_skipped(void **state)
+{
+    struct fx *f = *state;
+    struct rec r1 = {0}, r2 = {0};
+    char err[256];
+    g_health = resolver_new(f->loop, f->cfg, err, sizeof(err));
+    assert_non_null(g_health);
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, false);
+    uint16_t ports[2] = {closed_port(), f->srv.port};
+    struct sockaddr_storage dead, live;
+    loopback(&dead, ports[0]);
+    loopback(&live, ports[1]);
+    resolver_mark_dead(g_health, &live, util_now_ms()); /* an old mark: cleared by a connect */
+    start_ports(f, &r1, H1_M_GET, ports, 2);
+    RUN_UNTIL(f, r1.done > 0);
+    assert_int_equal(r1.err, UP_OK);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_true(resolver_is_dead(g_health, &dead, util_now_ms()));
+    assert_false(resolver_is_dead(g_health, &live, util_now_ms()));
+    /* The same list again: the dead address goes last, the live one answers at once. */
+    start_ports(f, &r2, H1_M_GET, ports, 2);
+    RUN_UNTIL(f, r2.done > 0);
+    assert_clean(&r2);
+    assert_int_equal(r2.err, UP_OK);
+    assert_body(&r2, "ok", 2);
+    assert_int_equal(g_stats.upstream_connect_failover, 1);
+    assert_int_equal(g_stats.upstream_err_connect, 1);
+    rec_free(&r1);
+    rec_free(&r2);
+    resolver_free(&g_health);
 }
 
 static void test_upstream_start_first_byte_timeout(void **state)
@@ -1408,6 +1522,10 @@ int main(void)
         FX(test_upstream_start_retry_only_once),
         FX(test_upstream_start_fresh_connection_closed_is_io_error),
         FX(test_upstream_start_connect_refused),
+        FX(test_upstream_start_refused_address_fails_over_to_the_next),
+        FX(test_upstream_start_every_address_refused_is_connect_error),
+        FX(test_upstream_start_tries_at_most_four_addresses),
+        FX(test_upstream_start_failed_address_marked_dead_then_skipped),
         FX(test_upstream_start_first_byte_timeout),
         FX(test_upstream_start_read_timeout_mid_body),
         FX(test_upstream_start_invalid_head_is_proto_error),
