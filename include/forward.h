@@ -57,7 +57,7 @@ size_t fwd_local_response(int status, const char *hostname, bool keep_alive, boo
 
 /* A response served from the cache: status and the object's stored metadata. */
 struct fwd_cache_head {
-    int status;          /* 200, 206, 304 or 416 */
+    int status;          /* 200, 206, 304, 412 or 416 */
     uint64_t total;      /* object length */
     uint64_t start, end; /* 206: the range sent (inclusive) */
     const char *etag;    /* "" when absent */
@@ -70,9 +70,9 @@ struct fwd_cache_head {
 };
 
 /*
- * The head of a cached response: Content-Length (200: total, 206: the range, 416: its short
- * body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A 416
- * response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
+ * The head of a cached response: Content-Length (200: total, 206: the range, 412 and 416: their
+ * short body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A
+ * 412 or 416 response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
  */
 size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap);
 

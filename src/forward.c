@@ -176,7 +176,8 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
 {
     struct out w = {out, 0, cap, false};
     putf(&w, "HTTP/1.1 %d %s\r\n", h->status, h1_reason(h->status));
-    if (h->content_type[0] != '\0' && h->status != 416)
+    bool short_body = h->status == 412 || h->status == 416; /* our text, not the object */
+    if (h->content_type[0] != '\0' && !short_body)
         putf(&w, "Content-Type: %s\r\n", h->content_type);
     if (h->etag[0] != '\0')
         putf(&w, "ETag: %s\r\n", h->etag);
@@ -190,10 +191,11 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
              (unsigned long long)(h->end - h->start + 1));
         break;
     case 416:
-        putf(&w,
-             "Content-Range: bytes */%llu\r\nContent-Type: text/plain\r\n"
-             "Content-Length: %zu\r\n",
-             (unsigned long long)h->total, fwd_local_body_len(416, false));
+        putf(&w, "Content-Range: bytes */%llu\r\n", (unsigned long long)h->total);
+        /* fall through */
+    case 412:
+        putf(&w, "Content-Type: text/plain\r\nContent-Length: %zu\r\n",
+             fwd_local_body_len(h->status, false));
         break;
     case 304:
         break;
@@ -207,8 +209,8 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
         puts_(&w, "Connection: keep-alive\r\n");
     putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", h->hostname,
          h->cache_status);
-    if (h->status == 416 && !head_req)
-        putf(&w, "416 %s\n", h1_reason(416));
+    if (short_body && !head_req)
+        putf(&w, "%d %s\n", h->status, h1_reason(h->status));
     return out_done(&w);
 }
 

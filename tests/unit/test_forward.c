@@ -694,6 +694,48 @@ static void test_fwd_local_response_cap_too_small_returns_zero(void **state)
                      full);
 }
 
+/* ---- fwd_cache_response ---- */
+
+static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
+{
+    (void)state;
+    struct fwd_cache_head h = {412, 1000, 0, 999, "\"e\"", "", "x/y", HOSTNAME, "HIT", true, 1};
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 412 Precondition Failed\r\n"
+                               "ETag: \"e\"\r\n"
+                               "Accept-Ranges: bytes\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 24\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "X-Upstream-Cache-Status: HIT\r\n"
+                               "\r\n"
+                               "412 Precondition Failed\n");
+    assert_int_equal(fwd_local_body_len(412, false), 24);
+    n = fwd_cache_response(&h, true, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_null(strstr(g_out, "\r\n\r\n412"));
+}
+
+static void test_fwd_cache_response_416_says_the_length(void **state)
+{
+    (void)state;
+    struct fwd_cache_head h = {416, 1000, 0, 999, "", "", "x/y", HOSTNAME, "MISS", true, 1};
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 416 Range Not Satisfiable\r\n"
+                               "Accept-Ranges: bytes\r\n"
+                               "Content-Range: bytes */1000\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 26\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "X-Upstream-Cache-Status: MISS\r\n"
+                               "\r\n"
+                               "416 Range Not Satisfiable\n");
+}
+
 /* ---- fwd_is_loop ---- */
 
 static bool is_loop(const char *req)
@@ -773,6 +815,8 @@ int main(void)
         cmocka_unit_test(test_fwd_local_response_head_has_length_but_no_body),
         cmocka_unit_test(test_fwd_local_response_204_and_304_have_no_body),
         cmocka_unit_test(test_fwd_local_response_cap_too_small_returns_zero),
+        cmocka_unit_test(test_fwd_cache_response_412_has_a_short_text_body),
+        cmocka_unit_test(test_fwd_cache_response_416_says_the_length),
         cmocka_unit_test(test_fwd_is_loop_detects_our_name),
         cmocka_unit_test(test_fwd_is_loop_other_names_are_not_loops),
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),

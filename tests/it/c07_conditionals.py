@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""c07: conditional requests answered from the cache (RFC 9110 §13; issue 16): If-Modified-Since
+in the three date formats (later, earlier, equal, invalid, only without If-None-Match),
+If-None-Match (lists, "*", weak comparison), If-Range (strong entity-tags, weak ones, dates),
+If-Match and If-Unmodified-Since (412)."""
+
+import re
+
+import harness as H
+
+K64 = 64 * H.KIB
+SMALL = {"cache": {"chunk_size": "64K"}}
+LM = "Tue, 15 Nov 1994 12:45:26 GMT"
+LM_850 = "Tuesday, 15-Nov-94 12:45:26 GMT"
+LM_ASC = "Tue Nov 15 12:45:26 1994"
+N = 3 * K64 + 500
+
+
+def etag_of(path, n):
+    return '"%08x-%x"' % (H.seed_of(path), n)
+
+
+class Base(H.CPTestCase):
+    def ask(self, target, headers, status, c=None):
+        c = c or self.client()
+        c.request(target, headers=headers)
+        r = c.read_response()
+        self.assertStatus(r, status)
+        return r
+
+    def assertNotModified(self, r, target):
+        self.assertEqual(len(r.body), 0)
+        self.assertEqual(r.header("ETag"), etag_of(target, N))
+        self.assertEqual(r.header("Last-Modified"), LM)
+        self.assertIsNone(r.header("Content-Range"))
+
+
+class Conditionals(Base):
+    """One stored object with an ETag and a Last-Modified; every answer comes from the cache."""
+
+    def setUp(self):
+        super().setUp()
+        self.setup_proxy(SMALL)
+
+        def h(ex):
+            H.serve_object(ex, N, extra=[("Last-Modified", LM)])
+        self.origin.route("/c07/", h)
+        self.p = "/c07/obj/size/%d" % N
+        r = self.get(self.p)
+        self.assertStatus(r, 200)
+        self.assertBody(r, self.p)
+        self.assertEqual(r.header("Last-Modified"), LM)
+        self.et = etag_of(self.p, N)
+        self.n = self.origin.request_count()
+
+    def tearDown(self):
+        if self.origin is not None:
+            self.assertEqual(self.origin.request_count(), self.n, "a conditional went upstream")
+        super().tearDown()
+
+    def ims(self, date, status, extra=()):
+        c = self.client()
+        r = self.ask(self.p, [("If-Modified-Since", date)] + list(extra), status, c)
+        if status == 304:
+            self.assertNotModified(r, self.p)
+            # nothing follows the 304 on the connection
+            r2 = self.ask(self.p, [("Range", "bytes=0-3")], 206, c)
+            self.assertBody(r2, self.p, 0, 4)
+        else:
+            self.assertBody(r, self.p)
+        return r
+
+    def test_if_modified_since_equal_in_the_three_formats(self):
+        for d in (LM, LM_850, LM_ASC):
+            self.ims(d, 304)
+
+    def test_if_modified_since_later_is_not_modified(self):
+        for d in ("Tue, 15 Nov 1994 12:45:27 GMT", "Wednesday, 16-Nov-94 00:00:00 GMT",
+                  "Sat Jan  1 00:00:00 2000", "Sat, 01 Jan 2000 00:00:00 GMT"):
+            self.ims(d, 304)
+
+    def test_if_modified_since_earlier_is_the_whole_object(self):
+        for d in ("Tue, 15 Nov 1994 12:45:25 GMT", "Monday, 14-Nov-94 12:45:26 GMT",
+                  "Mon Nov 14 12:45:26 1994"):
+            self.ims(d, 200)
+
+    def test_if_modified_since_invalid_is_ignored(self):
+        for d in ("yesterday", "tue, 15 nov 1994 12:45:26 gmt", LM + ", " + LM,
+                  "Tue, 15 Nov 1994 12:45:26 UTC", "Tue, 32 Nov 1994 12:45:26 GMT", "0"):
+            self.ims(d, 200)
+
+    def test_if_modified_since_only_without_if_none_match(self):
+        self.ims("Sat, 01 Jan 2000 00:00:00 GMT", 200, [("If-None-Match", '"other"')])
+        self.ims("Mon, 01 Jan 1990 00:00:00 GMT", 304, [("If-None-Match", self.et)])
+
+    def test_if_none_match_lists_star_and_weak(self):
+        for v in (self.et, '"a", ' + self.et + ', "b"', '"a",' + self.et, "*", "W/" + self.et,
+                  '"x", W/' + self.et):
+            self.assertNotModified(self.ask(self.p, [("If-None-Match", v)], 304), self.p)
+        for v in ('"a", "b"', '"' + self.et + '"', self.et[:-2] + '"', "W/", '"a,' +
+                  self.et[1:]):
+            self.assertBody(self.ask(self.p, [("If-None-Match", v)], 200), self.p)
+
+    def test_a_304_wins_over_the_range(self):
+        r = self.ask(self.p, [("If-None-Match", self.et), ("Range", "bytes=0-9")], 304)
+        self.assertNotModified(r, self.p)
+
+    def test_if_range_with_a_strong_entity_tag(self):
+        r = self.ask(self.p, [("Range", "bytes=10-19"), ("If-Range", self.et)], 206)
+        self.assertEqual(r.header("Content-Range"), "bytes 10-19/%d" % N)
+        self.assertBody(r, self.p, 10, 20)
+        r = self.ask(self.p, [("Range", "bytes=10-19"), ("If-Range", '"other"')], 200)
+        self.assertBody(r, self.p)
+        self.assertIsNone(r.header("Content-Range"))
+
+    def test_if_range_with_a_weak_entity_tag_never_matches(self):
+        r = self.ask(self.p, [("Range", "bytes=10-19"), ("If-Range", "W/" + self.et)], 200)
+        self.assertBody(r, self.p)
+        self.assertIsNone(r.header("Content-Range"))
+
+    def test_if_range_with_a_date(self):
+        for d in (LM, LM_850, LM_ASC):
+            r = self.ask(self.p, [("Range", "bytes=%d-" % (N - 10)), ("If-Range", d)], 206)
+            self.assertEqual(r.header("Content-Range"), "bytes %d-%d/%d" % (N - 10, N - 1, N))
+            self.assertBody(r, self.p, N - 10, N)
+        for d in ("Tue, 15 Nov 1994 12:45:27 GMT", "Sat, 01 Jan 2000 00:00:00 GMT", "soon"):
+            r = self.ask(self.p, [("Range", "bytes=10-19"), ("If-Range", d)], 200)
+            self.assertBody(r, self.p)
+
+    def test_if_range_unsatisfiable_range(self):
+        r = self.ask(self.p, [("Range", "bytes=%d-" % N), ("If-Range", self.et)], 416)
+        self.assertEqual(r.header("Content-Range"), "bytes */%d" % N)
+        r = self.ask(self.p, [("Range", "bytes=%d-" % N), ("If-Range", '"other"')], 200)
+        self.assertBody(r, self.p)
+
+    def test_if_match_and_if_unmodified_since_fail_with_412(self):
+        c = self.client()
+        for hdrs in ([("If-Match", '"other"')], [("If-Match", "W/" + self.et)],
+                     [("If-Unmodified-Since", "Mon, 14 Nov 1994 00:00:00 GMT")],
+                     [("If-Match", '"other"'), ("If-None-Match", self.et)]):
+            r = self.ask(self.p, hdrs, 412, c)
+            self.assertEqual(r.header("Content-Type"), "text/plain")
+            self.assertEqual(bytes(r.body), b"412 Precondition Failed\n")
+        # the connection goes on
+        self.assertBody(self.ask(self.p, [("Range", "bytes=0-3")], 206, c), self.p, 0, 4)
+        r = self.ask(self.p, [("If-Match", '"a", ' + self.et)], 200)
+        self.assertBody(r, self.p)
+        self.assertBody(self.ask(self.p, [("If-Match", "*")], 200), self.p)
+
+    def test_if_unmodified_since_guards_a_resumed_range(self):
+        # as Windows' BITS resumes: the range while the object is unchanged since
+        for d in (LM, LM_850, "Sat, 01 Jan 2000 00:00:00 GMT"):
+            r = self.ask(self.p, [("Range", "bytes=100-199"), ("If-Unmodified-Since", d)], 206)
+            self.assertBody(r, self.p, 100, 200)
+        r = self.ask(self.p, [("Range", "bytes=100-199"), ("If-Unmodified-Since", "junk")], 206)
+        self.assertBody(r, self.p, 100, 200)
+
+    def test_head_with_conditionals(self):
+        c = self.client()
+        c.request(self.p, "HEAD", headers=[("If-Modified-Since", LM_ASC)])
+        r = c.read_response()
+        self.assertStatus(r, 304)
+        c.request(self.p, "HEAD", headers=[("If-Match", '"x"')])
+        r = c.read_response()
+        self.assertStatus(r, 412)
+        self.assertEqual(len(r.body), 0)
+        self.assertEqual(r.header("Content-Length"), "24")
+
+
+class ColdConditionals(Base):
+    def test_if_modified_since_on_a_cold_object_uses_the_fill_s_validators(self):
+        self.setup_proxy(SMALL)
+
+        def h(ex):
+            H.serve_object(ex, N, extra=[("Last-Modified", LM)])
+        self.origin.route("/c07/", h)
+        p = "/c07/cold/size/%d" % N
+        r = self.ask(p, [("If-Modified-Since", LM_850)], 304)
+        self.assertNotModified(r, p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        for q in self.origin.requests:
+            self.assertIsNone(q.header("If-Modified-Since"), "the fill was conditional")
+
+    def test_weak_stored_etag_matches_if_none_match_weakly_only(self):
+        self.setup_proxy(SMALL)
+
+        def h(ex):
+            ex.req.query["noetag"] = ["1"]
+            H.serve_object(ex, N, extra=[("ETag", 'W/"weak7"')])
+        self.origin.route("/c07/", h)
+        p = "/c07/weak/size/%d" % N
+        self.assertBody(self.get(p), p)
+        for v in ('W/"weak7"', '"weak7"', '"x", W/"weak7"'):
+            r = self.ask(p, [("If-None-Match", v)], 304)
+            self.assertEqual(r.header("ETag"), 'W/"weak7"')
+        # a weak validator never satisfies If-Range or If-Match
+        self.assertBody(self.ask(p, [("Range", "bytes=0-9"), ("If-Range", 'W/"weak7"')], 200), p)
+        self.ask(p, [("If-Match", 'W/"weak7"')], 412)
+
+
+if __name__ == "__main__":
+    raise SystemExit(H.main())
