@@ -6,7 +6,7 @@
  *   and X-LanCache-Processed-By with our hostname appended (chained caches detect loops);
  * - the client's response head from an origin's, hop-by-hop fields removed and our framing,
  *   Connection and X-LanCache-* fields set;
- * - the proxy's own short responses (errors, heartbeat);
+ * - the proxy's own short responses (errors, heartbeat), with our Date;
  * - loop detection.
  * Every builder writes at most <cap> bytes to <out> and returns the length, or 0 if it did not fit.
  */
@@ -36,6 +36,8 @@ struct fwd_resp_opts {
     int client_minor;         /* client's HTTP/1.x minor version */
     bool head_req;            /* the client's request was HEAD */
     bool keep_alive;          /* we intend to keep the client connection */
+    const char *date;         /* ours (IMF-fixdate), sent when the origin's answer has no Date;
+                                 NULL: none. The origin's own Date is always passed on. */
 };
 
 /*
@@ -48,12 +50,13 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
                          const struct fwd_resp_opts *o, enum fwd_body *body, char *out, size_t cap);
 
 /*
- * The proxy's own response: <status>, a short text body ("<status> <reason>\n") unless
- * <head_req> or status 204/304, Connection per <keep_alive>, and <extra> header lines (each ending
- * in CRLF, may be NULL) such as "Allow: GET, HEAD\r\n".
+ * The proxy's own response: <status>, Date: <date> (an IMF-fixdate, httpdate_format; NULL: no
+ * Date), a short text body ("<status> <reason>\n") unless <head_req> or status 204/304,
+ * Connection per <keep_alive>, and <extra> header lines (each ending in CRLF, may be NULL) such
+ * as "Allow: GET, HEAD\r\n".
  */
-size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
-                          const char *extra, char *out, size_t cap);
+size_t fwd_local_response(int status, const char *hostname, const char *date, bool keep_alive,
+                          bool head_req, const char *extra, char *out, size_t cap);
 
 /* A response served from the cache: status and the object's stored metadata. */
 struct fwd_cache_head {

@@ -160,7 +160,10 @@ void conn_drive(struct conn *c);
  * changed <out> from a callback of its own, outside the driver). */
 void conn_update_io(struct conn *c);
 void conn_update_timer(struct conn *c);
-/* Queues a proxy-made response and finishes the request. */
+/* Our Date (RFC 9110 §6.6.1) for an answer made now: an IMF-fixdate, static storage, the same
+ * string within one second. */
+const char *conn_date(const struct conn *c);
+/* Queues a proxy-made response (with our Date) and finishes the request. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra);
 /* The response is fully queued: next request, or close once flushed. */
 void conn_response_done(struct conn *c);

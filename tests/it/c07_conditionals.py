@@ -2,9 +2,12 @@
 """c07: conditional requests answered from the cache (RFC 9110 §13; issue 16): If-Modified-Since
 in the three date formats (later, earlier, equal, invalid, only without If-None-Match),
 If-None-Match (lists, "*", weak comparison), If-Range (strong entity-tags, weak ones, dates),
-If-Match and If-Unmodified-Since (412)."""
+If-Match and If-Unmodified-Since (412); our Date on every answer cacheparty makes itself, the
+origin's kept on answers passed through."""
 
+import email.utils
 import re
+import time
 
 import harness as H
 
@@ -14,6 +17,8 @@ LM = "Tue, 15 Nov 1994 12:45:26 GMT"
 LM_850 = "Tuesday, 15-Nov-94 12:45:26 GMT"
 LM_ASC = "Tue Nov 15 12:45:26 1994"
 N = 3 * K64 + 500
+IMF_RE = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|"
+                    r"Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT$")
 
 
 def etag_of(path, n):
@@ -196,6 +201,56 @@ class ColdConditionals(Base):
         # a weak validator never satisfies If-Range or If-Match
         self.assertBody(self.ask(p, [("Range", "bytes=0-9"), ("If-Range", 'W/"weak7"')], 200), p)
         self.ask(p, [("If-Match", 'W/"weak7"')], 412)
+
+
+class OurDate(Base):
+    def assertDate(self, r, what):
+        v = r.header_all("Date")
+        self.assertEqual(len(v), 1, "%s: Date fields %r\n%s" % (what, v, r.raw_head))
+        self.assertRegex(v[0], IMF_RE, what)
+        t = email.utils.parsedate_to_datetime(v[0]).timestamp()
+        self.assertLess(abs(t - time.time()), 120, "%s: Date %s is not now" % (what, v[0]))
+
+    def test_date_on_the_answers_we_make(self):
+        self.setup_proxy(SMALL)
+
+        def garbage(ex):
+            ex.write(b"NOT HTTP\r\n\r\n")
+            ex.close()
+        self.origin.route("/c07/garbage", garbage)
+        self.assertDate(self.ask("/lancache-heartbeat", [], 204), "204 heartbeat")
+        c = self.client()
+        c.request("/x", "DELETE")
+        self.assertDate(c.read_response(), "405")
+        c = self.client()
+        c.send(b"GET /x HTTP/1.1\r\n\r\n", expect=["GET"])  # no Host
+        self.assertDate(c.read_response(), "400")
+        self.assertDate(self.ask("/c07/loop/size/10", [("X-LanCache-Processed-By", H.HOSTNAME)],
+                                 508), "508")
+        self.assertDate(self.ask("/c07/garbage/x", [], 502), "502")
+        self.assertDate(self.ask("/c07/stall/size/10?stall=1", [], 504), "504")
+
+    def test_date_on_a_refusal(self):
+        self.setup_proxy({"domains": {"allow_unlisted": "no"}})
+        self.assertDate(self.ask("/c07/x/size/10", [], 403), "403")
+
+    def test_the_origin_s_date_is_kept_on_answers_passed_through(self):
+        self.setup_proxy(SMALL)
+        odate = "Mon, 07 Nov 1994 01:02:03 GMT"
+
+        def dated(ex):
+            ex.send(404, b"nope\n", [("Date", odate), ("Content-Type", "text/plain")])
+        self.origin.route("/c07/dated", dated)
+        r = self.ask("/c07/dated/x", [], 404)
+        self.assertEqual(r.header_all("Date"), [odate], r.raw_head)
+        self.assertEqual(bytes(r.body), b"nope\n")
+        # a bypass (Authorization) too
+        r = self.ask("/c07/dated/y", [("Authorization", "Bearer c07")], 404)
+        self.assertEqual(r.header_all("Date"), [odate], r.raw_head)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        # an origin that sends none: ours (RFC 9110 §6.6.1)
+        r = self.ask("/c07/undated/x?status=404", [], 404)
+        self.assertDate(r, "404 passed through without a Date")
 
 
 if __name__ == "__main__":
