@@ -67,7 +67,7 @@ struct fwd_cache_head {
     const char *last_modified;
     const char *content_type;
     const char *hostname;
-    const char *cache_status; /* "HIT" | "MISS" */
+    const char *cache_status; /* "HIT" | "MISS" | "BYPASS" (?nocache=) */
     bool keep_alive;
     int client_minor;
 };

@@ -154,6 +154,12 @@ static void read_sequential(struct conn *c)
     fetch_sequential(c->ck, c->end, &o, c->force);
 }
 
+/*
+ * Whether the query asks for a refetch, as lancache's `proxy_cache_bypass $arg_nocache` does:
+ * the first parameter named "nocache" (case-insensitive, as nginx's $arg_ lookup) followed by
+ * "=" has a value other than "" and "0" (as sent: "%30" is not "0"). "nocache" without "="
+ * is no such parameter.
+ */
 static bool query_has_nocache(const struct conn *c)
 {
     const char *p = c->req_head + c->req.path.off;
@@ -166,8 +172,10 @@ static bool query_has_nocache(const struct conn *c)
     while (qlen > 0) {
         const char *amp = memchr(q, '&', qlen);
         size_t n = amp ? (size_t)(amp - q) : qlen;
-        if (n == 9 && memcmp(q, "nocache=1", 9) == 0)
-            return true;
+        if (n >= 8 && util_ieq(q, 7, "nocache") && q[7] == '=') {
+            size_t vlen = n - 8;
+            return vlen > 0 && !(vlen == 1 && q[8] == '0');
+        }
         if (amp == NULL)
             break;
         qlen -= n + 1;
@@ -298,7 +306,7 @@ static bool head_step(struct conn *c)
     h.last_modified = m->last_modified;
     h.content_type = m->content_type;
     h.hostname = g_cfg->hostname;
-    h.cache_status = c->first_miss ? "MISS" : "HIT";
+    h.cache_status = c->force ? "BYPASS" : c->first_miss ? "MISS" : "HIT";
     h.client_minor = c->req.version_minor;
 
     const struct h1_field *rf = field(c, "Range");

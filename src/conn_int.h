@@ -110,7 +110,7 @@ struct conn {
 
     /* The cache path (conn_cache.c). */
     bool cached;        /* served from the chunk cache */
-    bool force;         /* ?nocache=1: refetch and re-store */
+    bool force;         /* ?nocache= other than empty or 0: refetch and re-store (BYPASS) */
     bool first_miss;    /* this request started the fetch of its first chunk */
     bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
     bool ck_created;    /* ... and of the current chunk (with cache_chunk_is_miss: a miss) */

@@ -3,10 +3,13 @@
 in the three date formats (later, earlier, equal, invalid, only without If-None-Match),
 If-None-Match (lists, "*", weak comparison), If-Range (strong entity-tags, weak ones, dates),
 If-Match and If-Unmodified-Since (412); our Date on every answer cacheparty makes itself, the
-origin's kept on answers passed through."""
+origin's kept on answers passed through; ?nocache= as lancache's proxy_cache_bypass $arg_nocache
+(which values refetch, BYPASS in the head and the access log, concurrent refetches sharing one
+origin request)."""
 
 import email.utils
 import re
+import threading
 import time
 
 import harness as H
@@ -17,6 +20,8 @@ LM = "Tue, 15 Nov 1994 12:45:26 GMT"
 LM_850 = "Tuesday, 15-Nov-94 12:45:26 GMT"
 LM_ASC = "Tue Nov 15 12:45:26 1994"
 N = 3 * K64 + 500
+LINE_RE = re.compile(r'^\[(\S+)\] (\S+) / - - - \[([^\]]+)\] "([^"]*)" (\d{3}) (\d+) "([^"]*)" '
+                     r'"([^"]*)" "(HIT|MISS|BYPASS|-)" "([^"]*)" "([^"]*)"$')
 IMF_RE = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|"
                     r"Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT$")
 
@@ -251,6 +256,109 @@ class OurDate(Base):
         # an origin that sends none: ours (RFC 9110 §6.6.1)
         r = self.ask("/c07/undated/x?status=404", [], 404)
         self.assertDate(r, "404 passed through without a Date")
+
+
+class Gate:
+    """Origin behaviour: requests with nocache in their query wait for .release (they are
+    counted as they arrive), the others are served at once."""
+
+    def __init__(self, n):
+        self.n = n
+        self.release = threading.Event()
+
+    def __call__(self, ex):
+        if "nocache" in ex.req.query:
+            self.release.wait(20 * H.SLOW)
+        H.serve_object(ex, self.n)
+
+
+class NoCache(Base):
+    def cache_status(self, d, needle):
+        """The access log's cache status for the request lines containing <needle>."""
+        lines = H.wait_until(lambda: [ln for ln in d.access_lines() if needle in ln] or None,
+                             10 * H.SLOW, 0.05, "access log line of " + needle)
+        out = []
+        for ln in lines:
+            m = LINE_RE.match(ln)
+            self.assertIsNotNone(m, ln)
+            out.append(m.group(9))
+        return out
+
+    def test_which_values_refetch(self):
+        d = self.setup_proxy(SMALL)
+        p = "/c07/nc/size/%d" % N
+        r = self.get(p)
+        self.assertBody(r, p)
+        chunks = 4
+        for i, q in enumerate(("nocache=1", "nocache=yes", "a=b&nocache=true", "NoCache=1",
+                               "nocache=00", "nocache=%30")):
+            k = self.origin.request_count()
+            r = self.get(p + "?" + q + "&t=%d" % i)
+            self.assertStatus(r, 200)
+            self.assertBody(r, p)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS", q)
+            self.assertEqual(self.origin.request_count() - k, chunks, q)
+            self.assertEqual(self.cache_status(d, "t=%d " % i), ["BYPASS"], q)
+        for i, q in enumerate(("nocache=0", "nocache=", "nocache", "xnocache=1", "nocache_=1",
+                               "a=nocache=1", "nocache=0&nocache=1")):
+            k = self.origin.request_count()
+            r = self.get(p + "?" + q + "&u=%d" % i)
+            self.assertBody(r, p)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT", q)
+            self.assertEqual(self.origin.request_count(), k, q)
+            self.assertEqual(self.cache_status(d, "u=%d " % i), ["HIT"], q)
+
+    def test_a_refetch_stores_the_origin_s_new_version(self):
+        self.setup_proxy(SMALL)
+        state = {"v": "/c07/v1/size/%d" % N}
+
+        def h(ex):
+            H.serve_object(ex, N, path=state["v"])
+        self.origin.route("/c07/ver/", h)
+        p = "/c07/ver/obj"
+        self.assertBody(self.get(p), state["v"], total=N)
+        state["v"] = "/c07/v2/size/%d" % N
+        self.assertBody(self.get(p), "/c07/v1/size/%d" % N, total=N)  # still the stored one
+        r = self.get(p + "?nocache=yes")
+        self.assertEqual(r.header("ETag"), etag_of(state["v"], N))
+        self.assertBody(r, state["v"], total=N)
+        k = self.origin.request_count()
+        r = self.get(p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertBody(r, state["v"], total=N)
+        self.assertEqual(self.origin.request_count(), k)
+
+    def test_concurrent_refetches_share_one_origin_request(self):
+        d = self.setup_proxy(SMALL)
+        n = 1000
+        gate = Gate(n)
+        self.origin.route("/c07/share/", gate)
+        p = "/c07/share/size/%d" % n
+        self.assertBody(self.get(p), p)
+        k = self.origin.request_count()
+        a = self.client()
+        a.request(p + "?nocache=1")
+        self.origin.wait_requests(k + 1)
+        joined = d.metrics().get("cacheparty_coalesced_total", 0)
+        b = self.client()
+        b.request(p + "?nocache=yes")
+        H.wait_until(lambda: d.metrics().get("cacheparty_coalesced_total", 0) >= joined + 1,
+                     10 * H.SLOW, 0.02, "the second refetch joins the first")
+        c = self.client()
+        c.request(p)
+        H.wait_until(lambda: d.metrics().get("cacheparty_coalesced_total", 0) >= joined + 2,
+                     10 * H.SLOW, 0.02, "a plain request joins the refetch")
+        gate.release.set()
+        for cl, st in ((a, "BYPASS"), (b, "BYPASS"), (c, None)):
+            r = cl.read_response()
+            self.assertStatus(r, 200)
+            self.assertBody(r, p)
+            if st is not None:
+                self.assertEqual(r.header("X-Upstream-Cache-Status"), st)
+        self.assertEqual(self.origin.request_count(), k + 1, "the refetches did not share")
+        r = self.get(p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), k + 1)
 
 
 if __name__ == "__main__":
