@@ -86,8 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ASSERT(!resp.keep_alive);
         if (method == H1_M_HEAD)
             ASSERT(resp.framing == H1_BODY_NONE);
-        struct fwd_resp_opts o = {"cp-fuzz", "MISS", (ctl >> 1) & 1, method == H1_M_HEAD,
-                                  (ctl >> 2) & 1};
+        struct fwd_resp_opts o = {.hostname = "cp-fuzz",
+                                  .cache_status = "MISS",
+                                  .client_minor = (ctl >> 1) & 1,
+                                  .head_req = method == H1_M_HEAD,
+                                  .keep_alive = (ctl >> 2) & 1,
+                                  .date = ctl & 8 ? "Sun, 06 Nov 1994 08:49:37 GMT" : NULL};
         size_t m = fwd_response_head(buf, &resp, &o, &fb, out, sizeof(out));
         if (m > 0) {
             ASSERT(m >= 4 && memcmp(out + m - 4, "\r\n\r\n", 4) == 0);

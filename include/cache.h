@@ -135,8 +135,10 @@ enum cache_lookup {
  * for the caller to fill. <origin> (borrowed, copied for a disk lookup) is where a disk miss is
  * filled from, and <off> where in the chunk the caller will start reading; a NULL <origin> is a
  * probe (HEAD): a miss is CACHE_ABSENT (*<out> NULL) and a disk miss fails the chunk with
- * CHUNK_FAIL_PASS. <force> skips both tiers (?nocache=1). Never calls the filler. Unref with
- * cache_chunk_unref().
+ * CHUNK_FAIL_PASS. <force> (?nocache=) skips both tiers and replaces what the table holds for
+ * the chunk (sealed, being looked up on disk, or being filled by an ordinary miss), except a fill
+ * that a forced lookup started, which it joins (CACHE_JOINED): concurrent refetches of one chunk
+ * share one fill. Never calls the filler. Unref with cache_chunk_unref().
  */
 enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
                                   uint64_t off, const struct origin_req *origin, bool force,

@@ -91,7 +91,7 @@ bool fetch_want(struct chunk *ck, uint64_t off);
 
 /*
  * A reader reads the object on from <ck> (its current chunk, taken filling) to object byte <end>
- * (inclusive), for a request to <o> (borrowed); <force> for ?nocache=1. Read-ahead for a cold
+ * (inclusive), for a request to <o> (borrowed); <force> for ?nocache=. Read-ahead for a cold
  * object: when <ck> is being filled, starts up to [upstream] readahead parallel fetches (each one
  * range request for a run of up to CACHE_SPAN_MAX chunks) for the missing chunks after it, up to
  * <end>, so one download runs at several origin connections' speed; not for ?nocache=1, nor for

@@ -6,7 +6,7 @@
  *   and X-LanCache-Processed-By with our hostname appended (chained caches detect loops);
  * - the client's response head from an origin's, hop-by-hop fields removed and our framing,
  *   Connection and X-LanCache-* fields set;
- * - the proxy's own short responses (errors, heartbeat);
+ * - the proxy's own short responses (errors, heartbeat), with our Date;
  * - loop detection.
  * Every builder writes at most <cap> bytes to <out> and returns the length, or 0 if it did not fit.
  */
@@ -36,6 +36,8 @@ struct fwd_resp_opts {
     int client_minor;         /* client's HTTP/1.x minor version */
     bool head_req;            /* the client's request was HEAD */
     bool keep_alive;          /* we intend to keep the client connection */
+    const char *date;         /* ours (IMF-fixdate), sent when the origin's answer has no Date;
+                                 NULL: none. The origin's own Date is always passed on. */
 };
 
 /*
@@ -48,31 +50,32 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
                          const struct fwd_resp_opts *o, enum fwd_body *body, char *out, size_t cap);
 
 /*
- * The proxy's own response: <status>, a short text body ("<status> <reason>\n") unless
- * <head_req> or status 204/304, Connection per <keep_alive>, and <extra> header lines (each ending
- * in CRLF, may be NULL) such as "Allow: GET, HEAD\r\n".
+ * The proxy's own response: <status>, Date: <date> (an IMF-fixdate, httpdate_format; NULL: no
+ * Date), a short text body ("<status> <reason>\n") unless <head_req> or status 204/304,
+ * Connection per <keep_alive>, and <extra> header lines (each ending in CRLF, may be NULL) such
+ * as "Allow: GET, HEAD\r\n".
  */
-size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
-                          const char *extra, char *out, size_t cap);
+size_t fwd_local_response(int status, const char *hostname, const char *date, bool keep_alive,
+                          bool head_req, const char *extra, char *out, size_t cap);
 
 /* A response served from the cache: status and the object's stored metadata. */
 struct fwd_cache_head {
-    int status;          /* 200, 206, 304 or 416 */
+    int status;          /* 200, 206, 304, 412 or 416 */
     uint64_t total;      /* object length */
     uint64_t start, end; /* 206: the range sent (inclusive) */
     const char *etag;    /* "" when absent */
     const char *last_modified;
     const char *content_type;
     const char *hostname;
-    const char *cache_status; /* "HIT" | "MISS" */
+    const char *cache_status; /* "HIT" | "MISS" | "BYPASS" (?nocache=) */
     bool keep_alive;
     int client_minor;
 };
 
 /*
- * The head of a cached response: Content-Length (200: total, 206: the range, 416: its short
- * body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A 416
- * response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
+ * The head of a cached response: Content-Length (200: total, 206: the range, 412 and 416: their
+ * short body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A
+ * 412 or 416 response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
  */
 size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap);
 

@@ -936,7 +936,11 @@ enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_l
     cache_obj_hash(key, key_len, obj);
     *out = NULL;
     struct chunk *ck = table_find(c, obj, index);
-    if (ck != NULL && (force || ck->state == CHUNK_S_FAILED)) {
+    /* A forced lookup replaces what is stored, a disk lookup and a fill started by an ordinary
+     * miss (it may have been asked long ago, of the version the refetch is meant to replace),
+     * but joins a refetch running for the chunk: concurrent refetches share one fill. */
+    bool refetching = ck != NULL && ck->refetch && ck->state == CHUNK_S_FILLING && !ck->loading;
+    if (ck != NULL && ((force && !refetching) || ck->state == CHUNK_S_FAILED)) {
         table_remove(c, ck);
         ck = NULL;
     }
@@ -979,6 +983,7 @@ enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_l
     if (origin == NULL)
         return CACHE_ABSENT;
     *out = chunk_new_filling(c, key, key_len, obj, index);
+    (*out)->refetch = force;
     return CACHE_MISS;
 }
 

@@ -37,6 +37,7 @@ struct chunk {
     int fd;                /* owns: disk chunk file, -1 for a memory chunk */
     off_t body_off;        /* where the body starts in fd */
     bool started_by_fetch; /* a fill was started for it (its first reader is a MISS) */
+    bool refetch;          /* that fill was started by a forced lookup (?nocache=) */
     char *key;             /* owns: "identifier\npath" */
     size_t key_len;
     struct chunk *hnext;         /* memory table chain */

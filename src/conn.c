@@ -37,6 +37,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include "config.h"
 #include "forward.h"
 #include "http1.h"
+#include "httpdate.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -186,7 +188,9 @@ static void log_access(struct conn *c)
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
         e.host = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
         if (!c->local_resp)
-            e.cache_status = c->cached && !c->first_miss ? "HIT" : "MISS"; /* BYPASS: MISS */
+            e.cache_status = c->force                      ? "BYPASS" /* ?nocache= */
+                             : c->cached && !c->first_miss ? "HIT"
+                                                           : "MISS"; /* (Authorization: MISS) */
     }
     e.status = c->status;
     e.bytes = c->body_bytes;
@@ -258,6 +262,18 @@ void conn_hand_over(struct conn *c, const struct conn_responder *to)
     to->begin(c);
 }
 
+const char *conn_date(const struct conn *c)
+{
+    static char date[HTTPDATE_LEN + 1];
+    static int64_t date_s = INT64_MIN;
+    int64_t now = (int64_t)ev_now(c->ctx->loop);
+    if (now != date_s) {
+        httpdate_format(now, date);
+        date_s = now;
+    }
+    return date;
+}
+
 /* Queues a proxy-made response and finishes the request. <close> forces Connection: close. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra)
 {
@@ -265,8 +281,8 @@ void conn_local_response(struct conn *c, int status, bool close_after, const cha
     buf_compact(&c->out);
     if (close_after || c->req.version_minor == 0)
         c->keep_alive = false;
-    size_t n = fwd_local_response(status, g_cfg->hostname, c->keep_alive, c->head_req, extra,
-                                  c->out.last, buf_room(&c->out));
+    size_t n = fwd_local_response(status, g_cfg->hostname, conn_date(c), c->keep_alive, c->head_req,
+                                  extra, c->out.last, buf_room(&c->out));
     ASSERT(n > 0); /* a local response is small and <out> is at most half full here */
     c->out.last += n;
     c->status = status;

@@ -5,10 +5,11 @@
  *
  * CONN_S_CACHE_HEAD waits until the first chunk the request needs knows the object's meta
  * (from memory or disk at once; from a fetch once the origin's head arrived), then decides the
- * answer (200, 206, 304, 416; HEAD without a body) from the stored metadata alone, so a hit and a
- * miss answer alike. CONN_S_CACHE_BODY then sends the object bytes [pos, end] chunk after chunk:
- * straight from chunk memory (send) or from the verified chunk file (sendfile), never copying
- * into <out>, and from a filling chunk as far as it is committed, waiting on the chunk for more.
+ * answer (200, 206, 304, 412, 416; HEAD without a body) from the stored metadata alone, so a hit
+ * and a miss answer alike (the preconditions: precond.h). CONN_S_CACHE_BODY then sends the object
+ * bytes [pos, end] chunk after chunk: straight from chunk memory (send) or from the verified chunk
+ * file (sendfile), never copying into <out>, and from a filling chunk as far as it is committed,
+ * waiting on the chunk for more.
  * Only one chunk ref is held at a time. A chunk of another version than the head promised, or a
  * fetch failing after the head went out, closes the connection before the promised length.
  */
@@ -25,6 +26,7 @@
 #include "fetch.h"
 #include "log.h"
 #include "origin.h"
+#include "precond.h"
 #include "range.h"
 #include "stats.h"
 #include "util.h"
@@ -152,6 +154,12 @@ static void read_sequential(struct conn *c)
     fetch_sequential(c->ck, c->end, &o, c->force);
 }
 
+/*
+ * Whether the query asks for a refetch, as lancache's `proxy_cache_bypass $arg_nocache` does:
+ * the first parameter named "nocache" (case-insensitive, as nginx's $arg_ lookup) followed by
+ * "=" has a value other than "" and "0" (as sent: "%30" is not "0"). "nocache" without "="
+ * is no such parameter.
+ */
 static bool query_has_nocache(const struct conn *c)
 {
     const char *p = c->req_head + c->req.path.off;
@@ -164,8 +172,10 @@ static bool query_has_nocache(const struct conn *c)
     while (qlen > 0) {
         const char *amp = memchr(q, '&', qlen);
         size_t n = amp ? (size_t)(amp - q) : qlen;
-        if (n == 9 && memcmp(q, "nocache=1", 9) == 0)
-            return true;
+        if (n >= 8 && util_ieq(q, 7, "nocache") && q[7] == '=') {
+            size_t vlen = n - 8;
+            return vlen > 0 && !(vlen == 1 && q[8] == '0');
+        }
         if (amp == NULL)
             break;
         qlen -= n + 1;
@@ -226,34 +236,33 @@ void conn_cache_reset(struct conn *c)
     c->blocked_write = false;
 }
 
-static bool etag_matches(const char *v, size_t len, const char *etag)
+/* A request field's value for precond (absent: v NULL). */
+static struct precond_field precond_field_of(const struct conn *c, const char *name)
 {
-    if (etag[0] == '\0')
-        return false;
-    if (len == 1 && v[0] == '*')
-        return true;
-    /* Weak comparison (RFC 9110 If-None-Match): W/ prefixes ignored on both sides. */
-    const char *e = strncmp(etag, "W/", 2) == 0 ? etag + 2 : etag;
-    size_t elen = strlen(e);
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        size_t s = i;
-        while (i < len && v[i] != ',')
-            i++;
-        size_t n = i - s;
-        while (n > 0 && (v[s + n - 1] == ' ' || v[s + n - 1] == '\t'))
-            n--;
-        const char *t = v + s;
-        if (n >= 2 && t[0] == 'W' && t[1] == '/') {
-            t += 2;
-            n -= 2;
-        }
-        if (n == elen && memcmp(t, e, n) == 0)
-            return true;
+    const struct h1_field *f = field(c, name);
+    struct precond_field pf = {NULL, 0};
+    if (f != NULL) {
+        pf.v = c->req_head + f->value.off;
+        pf.len = f->value.len;
     }
-    return false;
+    return pf;
+}
+
+/* What the request's conditional fields make of an answer from the stored object <m>
+ * (precond.h: RFC 9110 §13.2.2's order, If-Range included; the Range itself is parsed after). */
+static enum precond_outcome preconditions(const struct conn *c, const struct cache_meta *m,
+                                          bool has_range)
+{
+    struct precond_req r;
+    r.if_match = precond_field_of(c, "If-Match");
+    r.if_none_match = precond_field_of(c, "If-None-Match");
+    r.if_modified_since = precond_field_of(c, "If-Modified-Since");
+    r.if_unmodified_since = precond_field_of(c, "If-Unmodified-Since");
+    r.if_range = precond_field_of(c, "If-Range");
+    r.has_range = has_range;
+    /* No stored Date yet: If-Modified-Since needs a Last-Modified, and one counts as strong. */
+    struct precond_stored st = {m->etag, m->last_modified, false, 0};
+    return precond_evaluate(&r, &st, (int64_t)ev_now(c->ctx->loop));
 }
 
 static bool head_step(struct conn *c)
@@ -297,39 +306,32 @@ static bool head_step(struct conn *c)
     h.last_modified = m->last_modified;
     h.content_type = m->content_type;
     h.hostname = g_cfg->hostname;
-    h.cache_status = c->first_miss ? "MISS" : "HIT";
+    h.cache_status = c->force ? "BYPASS" : c->first_miss ? "MISS" : "HIT";
     h.client_minor = c->req.version_minor;
 
-    const struct h1_field *inm = field(c, "If-None-Match");
-    const struct h1_field *ims = field(c, "If-Modified-Since");
     const struct h1_field *rf = field(c, "Range");
-    if (inm != NULL) {
-        if (etag_matches(c->req_head + inm->value.off, inm->value.len, m->etag))
-            h.status = 304;
-    } else if (ims != NULL && m->last_modified[0] != '\0' &&
-               util_ieq(c->req_head + ims->value.off, ims->value.len, m->last_modified)) {
+    enum precond_outcome pc = preconditions(c, m, rf != NULL);
+    if (pc == PRECOND_NOT_MODIFIED)
         h.status = 304;
-    }
-    if (h.status == 200 && rf != NULL) {
-        const struct h1_field *ir = field(c, "If-Range");
-        if (ir == NULL || range_if_range_matches(c->req_head + ir->value.off, ir->value.len,
-                                                 m->etag, m->last_modified)) {
-            struct range r;
-            switch (range_parse(c->req_head + rf->value.off, rf->value.len, m->total, &r)) {
-            case RANGE_OK:
-                h.status = 206;
-                h.start = r.start;
-                h.end = r.end;
-                break;
-            case RANGE_UNSATISFIABLE:
-                h.status = 416;
-                break;
-            default:
-                break; /* none or several ranges: the whole object */
-            }
+    else if (pc == PRECOND_FAILED)
+        h.status = 412;
+    if (pc == PRECOND_RANGE) {
+        struct range r;
+        switch (range_parse(c->req_head + rf->value.off, rf->value.len, m->total, &r)) {
+        case RANGE_OK:
+            h.status = 206;
+            h.start = r.start;
+            h.end = r.end;
+            break;
+        case RANGE_UNSATISFIABLE:
+            h.status = 416;
+            break;
+        default:
+            break; /* none or several ranges: the whole object */
         }
     }
-    if (h.status == 304 || h.status == 416) /* no object bytes follow */
+    bool no_bytes = h.status == 304 || h.status == 412 || h.status == 416;
+    if (no_bytes) /* no object bytes follow */
         c->keep_alive = c->keep_alive && c->req.version_minor == 1;
     h.keep_alive = c->keep_alive && !c->draining;
     c->keep_alive = h.keep_alive;
@@ -341,8 +343,8 @@ static bool head_step(struct conn *c)
     c->out.last += n;
     c->status = h.status;
     c->sent = *m;
-    if (c->head_req || h.status == 304 || h.status == 416) {
-        c->body_bytes = h.status == 416 && !c->head_req ? fwd_local_body_len(416, false) : 0;
+    if (c->head_req || no_bytes) {
+        c->body_bytes = h.status != 304 ? fwd_local_body_len(h.status, c->head_req) : 0;
         conn_response_done(c);
         return true;
     }

@@ -110,7 +110,7 @@ struct conn {
 
     /* The cache path (conn_cache.c). */
     bool cached;        /* served from the chunk cache */
-    bool force;         /* ?nocache=1: refetch and re-store */
+    bool force;         /* ?nocache= other than empty or 0: refetch and re-store (BYPASS) */
     bool first_miss;    /* this request started the fetch of its first chunk */
     bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
     bool ck_created;    /* ... and of the current chunk (with cache_chunk_is_miss: a miss) */
@@ -160,7 +160,10 @@ void conn_drive(struct conn *c);
  * changed <out> from a callback of its own, outside the driver). */
 void conn_update_io(struct conn *c);
 void conn_update_timer(struct conn *c);
-/* Queues a proxy-made response and finishes the request. */
+/* Our Date (RFC 9110 §6.6.1) for an answer made now: an IMF-fixdate, static storage, the same
+ * string within one second. */
+const char *conn_date(const struct conn *c);
+/* Queues a proxy-made response (with our Date) and finishes the request. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra);
 /* The response is fully queued: next request, or close once flushed. */
 void conn_response_done(struct conn *c);

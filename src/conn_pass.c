@@ -97,8 +97,12 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         return;
     conn_out_ensure(c);
     buf_compact(&c->out);
-    struct fwd_resp_opts o = {g_cfg->hostname, c->bypass ? "BYPASS" : "MISS", c->req.version_minor,
-                              c->head_req, c->keep_alive && !c->draining};
+    struct fwd_resp_opts o = {.hostname = g_cfg->hostname,
+                              .cache_status = c->bypass ? "BYPASS" : "MISS",
+                              .client_minor = c->req.version_minor,
+                              .head_req = c->head_req,
+                              .keep_alive = c->keep_alive && !c->draining,
+                              .date = conn_date(c)};
     /* Keep room after the head for a chunked body's framing and its last-chunk. */
     size_t room = buf_room(&c->out) > 32 ? buf_room(&c->out) - 32 : 0;
     size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, room);

@@ -148,10 +148,12 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
     }
 
     putf(&w, "HTTP/1.1 %d %s\r\n", resp->status, h1_reason(resp->status));
+    bool has_date = false;
     for (unsigned i = 0; i < resp->n_fields; i++) {
         const struct h1_field *f = &resp->fields[i];
         if (h1_is_hop_by_hop(rbuf, resp->fields, resp->n_fields, f))
             continue;
+        has_date = has_date || name_is(rbuf, f, "Date");
         if (name_is(rbuf, f, "Content-Length") && !keep_cl_field)
             continue;
         if (name_is(rbuf, f, "X-LanCache-Processed-By") ||
@@ -159,6 +161,8 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
             continue;
         put_field(&w, rbuf, f);
     }
+    if (!has_date && o->date != NULL) /* RFC 9110 §6.6.1: a recipient with a clock adds one */
+        putf(&w, "Date: %s\r\n", o->date);
     if (resp->framing == H1_BODY_LENGTH)
         putf(&w, "Content-Length: %llu\r\n", (unsigned long long)resp->content_length);
     if (*body == FWD_BODY_CHUNKED)
@@ -176,7 +180,8 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
 {
     struct out w = {out, 0, cap, false};
     putf(&w, "HTTP/1.1 %d %s\r\n", h->status, h1_reason(h->status));
-    if (h->content_type[0] != '\0' && h->status != 416)
+    bool short_body = h->status == 412 || h->status == 416; /* our text, not the object */
+    if (h->content_type[0] != '\0' && !short_body)
         putf(&w, "Content-Type: %s\r\n", h->content_type);
     if (h->etag[0] != '\0')
         putf(&w, "ETag: %s\r\n", h->etag);
@@ -190,10 +195,11 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
              (unsigned long long)(h->end - h->start + 1));
         break;
     case 416:
-        putf(&w,
-             "Content-Range: bytes */%llu\r\nContent-Type: text/plain\r\n"
-             "Content-Length: %zu\r\n",
-             (unsigned long long)h->total, fwd_local_body_len(416, false));
+        putf(&w, "Content-Range: bytes */%llu\r\n", (unsigned long long)h->total);
+        /* fall through */
+    case 412:
+        putf(&w, "Content-Type: text/plain\r\nContent-Length: %zu\r\n",
+             fwd_local_body_len(h->status, false));
         break;
     case 304:
         break;
@@ -207,8 +213,8 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
         puts_(&w, "Connection: keep-alive\r\n");
     putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", h->hostname,
          h->cache_status);
-    if (h->status == 416 && !head_req)
-        putf(&w, "416 %s\n", h1_reason(416));
+    if (short_body && !head_req)
+        putf(&w, "%d %s\n", h->status, h1_reason(h->status));
     return out_done(&w);
 }
 
@@ -219,14 +225,16 @@ size_t fwd_local_body_len(int status, bool head_req)
     return (size_t)snprintf(NULL, 0, "%d %s\n", status, h1_reason(status));
 }
 
-size_t fwd_local_response(int status, const char *hostname, bool keep_alive, bool head_req,
-                          const char *extra, char *out, size_t cap)
+size_t fwd_local_response(int status, const char *hostname, const char *date, bool keep_alive,
+                          bool head_req, const char *extra, char *out, size_t cap)
 {
     struct out w = {out, 0, cap, false};
     char body[64];
     bool no_body = status == 204 || status == 304 || status < 200;
     int blen = no_body ? 0 : snprintf(body, sizeof(body), "%d %s\n", status, h1_reason(status));
     putf(&w, "HTTP/1.1 %d %s\r\n", status, h1_reason(status));
+    if (date != NULL)
+        putf(&w, "Date: %s\r\n", date);
     putf(&w, "X-LanCache-Processed-By: %s\r\n", hostname);
     if (!no_body)
         putf(&w, "Content-Type: text/plain\r\nContent-Length: %d\r\n", blen);

@@ -636,6 +636,38 @@ static void test_readers_of_a_purged_chunk_keep_it(void **state)
     wait_stores(f);
 }
 
+static void test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *plain = NULL, *re = NULL, *again = NULL, *reader = NULL, *next = NULL;
+    /* an ordinary miss being filled: a forced lookup does not take its bytes */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &plain),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &re), CACHE_MISS);
+    assert_ptr_not_equal(re, plain);
+    /* a second forced lookup while that refetch fills shares it, as an ordinary reader does */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &again),
+                     CACHE_JOINED);
+    assert_ptr_equal(again, re);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &reader),
+                     CACHE_JOINED);
+    assert_ptr_equal(reader, re);
+    /* once sealed it is stored: the next forced lookup refetches again */
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    fill(re, &m);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &next),
+                     CACHE_MISS);
+    assert_ptr_not_equal(next, re);
+    cache_chunk_failed(next, CHUNK_FAIL_ORIGIN);
+    cache_chunk_failed(plain, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&next);
+    cache_chunk_unref(&plain);
+    cache_chunk_unref(&re);
+    cache_chunk_unref(&again);
+    cache_chunk_unref(&reader);
+    wait_stores(f);
+}
+
 /* ---- read-ahead spans ---- */
 
 static void test_a_span_stops_before_a_chunk_in_flight(void **state)
@@ -666,6 +698,7 @@ int main(void)
         T(test_a_sealed_chunk_in_memory_is_a_hit_with_its_bytes),
         T(test_a_probe_of_an_absent_chunk_gives_no_chunk),
         T(test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes),
+        T(test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills),
         T(test_a_two_part_chunk_takes_both_parts_and_joins_them),
         T(test_many_readers_share_one_disk_lookup),
         T(test_a_damaged_file_is_a_disk_miss_handed_to_the_filler),

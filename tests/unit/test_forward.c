@@ -21,6 +21,7 @@
 #include "util.h"
 
 #define HOSTNAME "cache1"
+#define DATE "Sun, 06 Nov 1994 08:49:37 GMT"
 
 /* Parsed messages are large (H1_MAX_FIELDS fields): keep them off the stack. */
 static struct h1_req g_req;
@@ -340,7 +341,7 @@ static void test_fwd_request_head_cap_too_small_returns_zero(void **state)
 static const char *resp_head(const char *s, enum h1_method m, int minor, bool keep,
                              const char *status, enum fwd_body *body)
 {
-    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep};
+    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL};
     parse_resp(s, m);
     *body = (enum fwd_body) - 1;
     size_t n = fwd_response_head(s, &g_resp, &o, body, g_out, sizeof(g_out) - 1);
@@ -556,7 +557,7 @@ static const char cap_resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 123\r\nETag: 
 static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL};
     enum fwd_body body;
     char out[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -571,7 +572,7 @@ static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 static void test_fwd_response_head_cap_exact_fits(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL};
     enum fwd_body body;
     char out[512], want[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -588,7 +589,8 @@ static void test_fwd_response_head_cap_exact_fits(void **state)
 /* Builds a local response into g_out (NUL-terminated) and returns its length. */
 static size_t local(int status, bool keep, bool head, const char *extra)
 {
-    size_t n = fwd_local_response(status, HOSTNAME, keep, head, extra, g_out, sizeof(g_out) - 1);
+    size_t n =
+        fwd_local_response(status, HOSTNAME, NULL, keep, head, extra, g_out, sizeof(g_out) - 1);
     assert_true(n > 0);
     g_out[n] = '\0';
     return n;
@@ -685,13 +687,112 @@ static void test_fwd_local_response_cap_too_small_returns_zero(void **state)
 {
     (void)state;
     char out[512];
-    size_t full = fwd_local_response(502, HOSTNAME, false, false, "X-A: b\r\n", out, sizeof(out));
+    size_t full =
+        fwd_local_response(502, HOSTNAME, DATE, false, false, "X-A: b\r\n", out, sizeof(out));
     assert_true(full > 0 && full < sizeof(out));
     for (size_t cap = 0; cap < full; cap++)
-        assert_int_equal(fwd_local_response(502, HOSTNAME, false, false, "X-A: b\r\n", out, cap),
-                         0);
-    assert_int_equal(fwd_local_response(502, HOSTNAME, false, false, "X-A: b\r\n", out, full),
+        assert_int_equal(
+            fwd_local_response(502, HOSTNAME, DATE, false, false, "X-A: b\r\n", out, cap), 0);
+    assert_int_equal(fwd_local_response(502, HOSTNAME, DATE, false, false, "X-A: b\r\n", out, full),
                      full);
+}
+
+/* ---- Date (RFC 9110 §6.6.1) ---- */
+
+static void test_fwd_local_response_carries_the_date_given(void **state)
+{
+    (void)state;
+    size_t n =
+        fwd_local_response(404, HOSTNAME, DATE, false, false, NULL, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 404 Not Found\r\n"
+                               "Date: " DATE "\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 14\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "404 Not Found\n");
+    n = fwd_local_response(204, HOSTNAME, DATE, true, false, NULL, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_int_equal(count_field(g_out, "Date"), 1);
+}
+
+static size_t resp_head_dated(const char *s, const char *date)
+{
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date};
+    enum fwd_body body;
+    parse_resp(s, H1_M_GET);
+    size_t n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    return n;
+}
+
+static void test_fwd_response_head_keeps_the_origin_date(void **state)
+{
+    (void)state;
+    char v[64];
+    resp_head_dated("HTTP/1.1 404 Not Found\r\nDate: Mon, 07 Nov 1994 01:02:03 GMT\r\n"
+                    "Content-Length: 0\r\n\r\n",
+                    DATE);
+    assert_int_equal(count_field(g_out, "Date"), 1);
+    assert_true(field_value(g_out, "Date", v, sizeof(v)));
+    assert_string_equal(v, "Mon, 07 Nov 1994 01:02:03 GMT");
+}
+
+static void test_fwd_response_head_adds_our_date_when_the_origin_sent_none(void **state)
+{
+    (void)state;
+    char v[64];
+    resp_head_dated("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", DATE);
+    assert_true(field_value(g_out, "Date", v, sizeof(v)));
+    assert_string_equal(v, DATE);
+    resp_head_dated("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", NULL);
+    assert_int_equal(count_field(g_out, "Date"), 0);
+}
+
+/* ---- fwd_cache_response ---- */
+
+static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
+{
+    (void)state;
+    struct fwd_cache_head h = {412, 1000, 0, 999, "\"e\"", "", "x/y", HOSTNAME, "HIT", true, 1};
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 412 Precondition Failed\r\n"
+                               "ETag: \"e\"\r\n"
+                               "Accept-Ranges: bytes\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 24\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "X-Upstream-Cache-Status: HIT\r\n"
+                               "\r\n"
+                               "412 Precondition Failed\n");
+    assert_int_equal(fwd_local_body_len(412, false), 24);
+    n = fwd_cache_response(&h, true, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_null(strstr(g_out, "\r\n\r\n412"));
+}
+
+static void test_fwd_cache_response_416_says_the_length(void **state)
+{
+    (void)state;
+    struct fwd_cache_head h = {416, 1000, 0, 999, "", "", "x/y", HOSTNAME, "MISS", true, 1};
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 416 Range Not Satisfiable\r\n"
+                               "Accept-Ranges: bytes\r\n"
+                               "Content-Range: bytes */1000\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 26\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "X-Upstream-Cache-Status: MISS\r\n"
+                               "\r\n"
+                               "416 Range Not Satisfiable\n");
 }
 
 /* ---- fwd_is_loop ---- */
@@ -773,6 +874,11 @@ int main(void)
         cmocka_unit_test(test_fwd_local_response_head_has_length_but_no_body),
         cmocka_unit_test(test_fwd_local_response_204_and_304_have_no_body),
         cmocka_unit_test(test_fwd_local_response_cap_too_small_returns_zero),
+        cmocka_unit_test(test_fwd_local_response_carries_the_date_given),
+        cmocka_unit_test(test_fwd_response_head_keeps_the_origin_date),
+        cmocka_unit_test(test_fwd_response_head_adds_our_date_when_the_origin_sent_none),
+        cmocka_unit_test(test_fwd_cache_response_412_has_a_short_text_body),
+        cmocka_unit_test(test_fwd_cache_response_416_says_the_length),
         cmocka_unit_test(test_fwd_is_loop_detects_our_name),
         cmocka_unit_test(test_fwd_is_loop_other_names_are_not_loops),
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),
