@@ -91,12 +91,13 @@ enum range_result range_parse_set(const char *v, size_t len, uint64_t total, str
     __attribute__((warn_unused_result));
 
 /*
- * The first byte of the first part range_parse_set() would give for the Range value <v>[0..len)
- * (borrowed), told without the object's length: that part's start as computed for an object of
- * UINT64_MAX bytes; 0 when a range-spec is a suffix ("-n", which needs the length), or when the
- * value gives no parts (absent, invalid, too many parts). A hint: the chunk to look up first, so
- * that a cold ranged request fetches the chunk it starts in; the answer decided once the length
- * is known may start elsewhere (a first range past the object's end).
+ * The lowest byte the Range value <v>[0..len) (borrowed) asks for, told without the object's
+ * length (the parts range_parse_set() gives for an object of UINT64_MAX bytes): 0 when a
+ * range-spec is a suffix ("-n", which needs the length), or when the value gives no parts
+ * (absent, invalid, too many parts). A hint: the chunk to look up first, so that a cold ranged
+ * request fetches a chunk it needs before it knows the length. Not the first part's start: when
+ * the parts are out of order, that one may lie past the object's end (then dropped) and its
+ * fetch answered 416, while the lowest byte lies in the object whenever any range does.
  */
 uint64_t range_first_byte(const char *v, size_t len);
 

@@ -278,7 +278,10 @@ uint64_t range_first_byte(const char *v, size_t len)
     bool suffix;
     if (parse_set(v, len, UINT64_MAX, &s, &suffix) != RANGE_OK || suffix)
         return 0;
-    return s.r[0].start;
+    uint64_t low = s.r[0].start;
+    for (unsigned i = 1; i < s.n; i++)
+        low = s.r[i].start < low ? s.r[i].start : low;
+    return low;
 }
 
 uint64_t range_chunk_count(uint64_t total, uint64_t chunk_size)

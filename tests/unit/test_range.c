@@ -515,14 +515,16 @@ static uint64_t first_byte(const char *v)
     return range_first_byte(v, strlen(v));
 }
 
-static void test_range_first_byte_of_the_first_part(void **state)
+static void test_range_first_byte_is_the_lowest_asked(void **state)
 {
     (void)state;
     assert_int_equal(first_byte("bytes=1000-1999"), 1000);
     assert_int_equal(first_byte("bytes=1000-"), 1000);
-    assert_int_equal(first_byte("bytes=500-599,0-99"), 500);
-    assert_int_equal(first_byte("bytes=500-599,0-99,90-510"), 0); /* merged */
-    assert_int_equal(first_byte(" bytes=,700-799 ,0-1"), 700);
+    assert_int_equal(first_byte("bytes=500-599,0-99"), 0);
+    assert_int_equal(first_byte("bytes=700-799,1000-1099"), 700);
+    assert_int_equal(first_byte("bytes=1000-1099,700-799"), 700);
+    assert_int_equal(first_byte("bytes=5000-5099,1000-1099,90-1010"), 90); /* merged */
+    assert_int_equal(first_byte(" bytes=,700-799 ,800-801"), 700);
 }
 
 static void test_range_first_byte_zero_when_it_needs_the_length(void **state)
@@ -865,7 +867,7 @@ int main(void)
         cmocka_unit_test(test_range_parse_set_many_touching_ranges_are_one_part),
         cmocka_unit_test(test_range_parse_set_huge_total),
         cmocka_unit_test(test_range_parse_set_matches_the_definition),
-        cmocka_unit_test(test_range_first_byte_of_the_first_part),
+        cmocka_unit_test(test_range_first_byte_is_the_lowest_asked),
         cmocka_unit_test(test_range_first_byte_zero_when_it_needs_the_length),
         cmocka_unit_test(test_range_chunk_count_rounds_up),
         cmocka_unit_test(test_range_chunks_within_one_chunk),
