@@ -14,6 +14,7 @@ import email.parser
 import email.policy
 import random
 import re
+import threading
 
 import harness as H
 
@@ -54,6 +55,20 @@ def mime_parts(resp):
             for p in msg.get_payload()]
 
 
+def untyped(total):
+    """An origin handler: the object of <total> bytes at any path, without a Content-Type."""
+    def h(ex):
+        rng = H.parse_range(ex.req.header("Range"), total)
+        hdrs = [("ETag", '"untyped"')]
+        if isinstance(rng, tuple):
+            a, b = rng
+            ex.send(206, H.content(ex.req.path, a, b),
+                    hdrs + [("Content-Range", "bytes %d-%d/%d" % (a, b - 1, total))])
+        else:
+            ex.send(200, H.content(ex.req.path, 0, total), hdrs)
+    return h
+
+
 def chunks_of(parts, cs):
     """Sorted chunk indexes that the parts touch, each once."""
     out = set()
@@ -66,9 +81,9 @@ class Multipart(H.CPTestCase):
     def reqs(self, path):
         return [r for r in list(self.origin.requests) if r.path == path]
 
-    def check_multi(self, r, path, total, parts):
-        """<r> is the 206 multipart/byteranges answer of exactly <parts>, in that order. Returns
-        its boundary."""
+    def check_multi(self, r, path, total, parts, ctype=CTYPE):
+        """<r> is the 206 multipart/byteranges answer of exactly <parts>, in that order, of an
+        object whose Content-Type is <ctype> ("": none). Returns its boundary."""
         self.assertStatus(r, 206)
         self.assertProcessedBy(r)
         self.assertIsNone(r.header("Content-Range"), "Content-Range on a multipart answer")
@@ -80,10 +95,10 @@ class Multipart(H.CPTestCase):
         got = mime_parts(r)
         self.assertEqual(len(got), len(parts), [g[1] for g in got])
         for i, ((ct, cr, data), (a, b)) in enumerate(zip(got, parts)):
-            self.assertEqual(ct, CTYPE, "part %d" % i)
+            self.assertEqual(ct, ctype or None, "part %d" % i)
             self.assertEqual(cr, "bytes %d-%d/%d" % (a, b, total), "part %d" % i)
             self.assertBody(data, path, a, b + 1)
-        want = expected_body(m.group(1), path, parts, total)
+        want = expected_body(m.group(1), path, parts, total, ctype)
         i = H.first_mismatch(bytes(r.body), want)
         self.assertIsNone(i, "multipart body differs at byte %s: got %r want %r" % (
             i, bytes(r.body[i:i + 40]) if i is not None else b"",
@@ -201,6 +216,77 @@ class Multipart(H.CPTestCase):
             self.assertEqual(a, pos, "fill spans %r" % spans)
             pos = b + 1
         self.assertEqual(pos, H.MIB, "fill spans %r: chunk 0 exactly" % spans)
+
+    def test_big_parts_cold_and_warm(self):
+        # 1 MiB chunks, parts of several chunks each: read-ahead within each part, many turns
+        # of CONN_SEND_TURN and blocked writes across part edges.
+        self.setup_proxy()
+        M = H.MIB
+        T = 12 * M
+        p = "/c08/big/size/%d" % T
+        parts = [(5 * M + 7, 8 * M + 100), (0, 2 * M), (10 * M, T - 1)]
+        self.cold_then_warm(p, T, range_header(parts), parts, cs=M)
+
+    def test_concurrent_cold_clients_share_the_fills(self):
+        self.setup_proxy(SMALL)
+        N, T = 4, 24 * K64
+        p = "/c08/shared/size/%d" % T
+        rnd = random.Random(88)
+        asks = []
+        for _ in range(N):
+            parts = []
+            for idx in rnd.sample(range(24), 6):
+                a = idx * K64 + rnd.randrange(K64 // 2)
+                parts.append((a, a + rnd.randrange(1, K64 // 2 - 1)))
+            asks.append(parts)
+        barrier = threading.Barrier(N)
+        got = [None] * N
+
+        def one(k):
+            c = H.Client(self.daemon.port, timeout=30)
+            try:
+                barrier.wait(10)
+                c.request(p, headers=[("Range", range_header(asks[k]))])
+                got[k] = c.read_response()
+            except Exception as e:  # reported below, from the test's thread
+                got[k] = e
+            finally:
+                c.close()
+        threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(N)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for k in range(N):
+            self.assertIsInstance(got[k], H.Response, "client %d: %r" % (k, got[k]))
+            self.check_multi(got[k], p, T, asks[k])
+        want = chunks_of([r for parts in asks for r in parts], K64)
+        self.assertEqual(H.fetched_chunks(self.reqs(p), T, K64), want, "each chunk once")
+
+    def test_object_without_content_type_has_parts_without_one(self):
+        self.setup_proxy(SMALL)
+        T = 4 * K64
+        p = "/c08/untyped/size/%d" % T
+        self.origin.route("/c08/untyped/", untyped(T))
+        parts = [(3 * K64, 3 * K64 + 9), (0, 9)]
+        for phase in ("cold", "warm"):
+            with self.subTest(phase=phase):
+                r = self.get(p, headers=[("Range", range_header(parts))])
+                self.check_multi(r, p, T, parts, ctype="")
+
+    def test_if_range_decides_between_parts_and_the_whole(self):
+        self.setup_proxy(SMALL)
+        T = 3 * K64
+        p = "/c08/ifrange/size/%d" % T
+        etag = '"%08x-%x"' % (H.seed_of(p), T)
+        parts = [(2 * K64, 2 * K64 + 9), (0, 9)]
+        c = self.client()
+        c.request(p, headers=[("Range", range_header(parts)), ("If-Range", etag)])
+        self.check_multi(c.read_response(), p, T, parts)
+        c.request(p, headers=[("Range", range_header(parts)), ("If-Range", '"other"')])
+        r = c.read_response()
+        self.assertStatus(r, 200)
+        self.assertBody(r, p)
 
     def test_single_part_after_merging_is_a_plain_206(self):
         self.setup_proxy(SMALL)
