@@ -42,6 +42,7 @@
 struct conn_parts {
     struct range_set set;               /* the parts, in the order sent */
     unsigned cur;                       /* the part being sent (c->pos, c->end) */
+    bool ahead;                         /* the object was being filled: fetch parts ahead */
     char boundary[MP_BOUNDARY_LEN + 1]; /* this answer's */
 };
 
@@ -309,6 +310,7 @@ static void choose_ranges(struct conn *c, const struct h1_field *rf, const struc
         c->mp = xmalloc(sizeof(*c->mp));
         c->mp->set = set;
         c->mp->cur = 0;
+        c->mp->ahead = false;
         make_boundary(c, c->mp->boundary);
         h->boundary = c->mp->boundary;
         h->multipart_len = mp_body_length(h->boundary, m->content_type, set.r, set.n, m->total);
@@ -320,6 +322,29 @@ static void choose_ranges(struct conn *c, const struct h1_field *rf, const struc
     case RANGE_MULTI:
         break; /* the whole object */
     }
+}
+
+/* A cold multipart answer: the fill may start the chunks where the next parts begin now
+ * (fetch_ahead), so that they come in parallel. */
+static void parts_ahead(struct conn *c)
+{
+    struct conn_parts *p = c->mp;
+    uint64_t idx[RANGE_SET_MAX];
+    size_t n = 0;
+    if (!p->ahead)
+        return;
+    uint64_t cs = cache_chunk_size(c->ctx->cache);
+    uint64_t here = p->set.r[p->cur].start / cs;
+    for (unsigned j = p->cur + 1; j < p->set.n; j++) {
+        uint64_t k = p->set.r[j].start / cs;
+        if (k != here)
+            idx[n++] = k; /* (a chunk repeated is in flight by then: nothing more is started) */
+    }
+    if (n == 0)
+        return;
+    struct origin_req o;
+    origin_of(c, &o);
+    fetch_ahead(c->ctx->cache, c->objkey, c->objkey_len, idx, n, &o, c->force);
 }
 
 /* Makes part c->mp->cur the bytes to send, its head queued in <out> (which has room: it holds
@@ -337,6 +362,7 @@ static void start_part(struct conn *c)
     c->body_bytes += n;
     c->pos = r->start;
     c->end = r->end;
+    parts_ahead(c);
 }
 
 /* The current part is sent: starts the next one (true), or, after the last, queues the closing
@@ -436,8 +462,10 @@ static bool head_step(struct conn *c)
     }
     c->pos = h.start;
     c->end = h.end;
-    if (c->mp != NULL)
+    if (c->mp != NULL) {
+        c->mp->ahead = cache_chunk_state(ck) == CHUNK_S_FILLING; /* as read_sequential */
         start_part(c); /* part 0 is h.start..h.end: its head follows the answer's */
+    }
     if (cache_chunk_index(ck) != h.start / cache_chunk_size(c->ctx->cache))
         drop_chunk(c); /* a suffix range, or parts out of order: body_step gets the first */
     else

@@ -73,6 +73,33 @@ def untyped(total):
     return h
 
 
+class Gather:
+    """An origin handler: the object of <total> bytes at any path, each answer's head sent at once
+    and its body held until <n> requests have arrived (or 1.5 s, less than the daemon's
+    read_timeout, so that a held fill is not retried). .seen: for each request in arrival order,
+    how many had arrived when its body was let go; .starts: their first bytes."""
+
+    def __init__(self, total, n):
+        self.total, self.n = total, n
+        self.cond = threading.Condition()
+        self.arrived = 0
+        self.seen = []
+        self.starts = []
+
+    def __call__(self, ex):
+        a, b = H.parse_range(ex.req.header("Range"), self.total)
+        ex.send_head(206, [("Content-Type", CTYPE), ("ETag", '"gather"'),
+                           ("Content-Range", "bytes %d-%d/%d" % (a, b - 1, self.total)),
+                           ("Content-Length", str(b - a))])
+        with self.cond:
+            self.arrived += 1
+            self.starts.append(a)
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.arrived >= self.n, 1.5)
+            self.seen.append(self.arrived)
+        ex.write(H.content(ex.req.path, a, b))
+
+
 def chunks_of(parts, cs):
     """Sorted chunk indexes that the parts touch, each once."""
     out = set()
@@ -222,6 +249,22 @@ class Multipart(Base):
             self.assertEqual(a, pos, "fill spans %r" % spans)
             pos = b + 1
         self.assertEqual(pos, H.MIB, "fill spans %r: chunk 0 exactly" % spans)
+
+    def test_cold_parts_are_fetched_in_parallel(self):
+        # 4 parts in 4 chunks: their fills are asked at once ([upstream] readahead = 4 parts
+        # ahead), not one after the other: the origin holds every body until all 4 are asked.
+        self.setup_proxy(SMALL)
+        T = 16 * K64
+        p = "/c08/parallel/size/%d" % T
+        g = Gather(T, 4)
+        self.origin.route("/c08/parallel/", g)
+        parts = [(9 * K64 + 5, 9 * K64 + 50), (K64, K64 + 9), (12 * K64, 12 * K64 + 99),
+                 (3 * K64 + 7, 3 * K64 + 8)]
+        r = self.get(p, headers=[("Range", range_header(parts))])
+        self.check_multi(r, p, T, parts)
+        self.assertEqual(g.seen[0], 4, "fills asked one after the other: %r" % g.seen)
+        self.assertEqual(sorted(a // K64 for a in g.starts), [1, 3, 9, 12], g.starts)
+        self.assertEqual(H.fetched_chunks(self.reqs(p), T, K64), [1, 3, 9, 12])
 
     def test_big_parts_cold_and_warm(self):
         # 1 MiB chunks, parts of several chunks each: read-ahead within each part, many turns
