@@ -266,6 +266,20 @@ class Multipart(Base):
         self.assertEqual(sorted(a // K64 for a in g.starts), [1, 3, 9, 12], g.starts)
         self.assertEqual(H.fetched_chunks(self.reqs(p), T, K64), [1, 3, 9, 12])
 
+    def test_origin_without_ranges_is_asked_once(self):
+        # Its one whole answer fills every chunk from the first asked: no part is asked ahead.
+        self.setup_proxy(SMALL)
+        T = 10 * K64
+        p = "/c08/noranges/size/%d" % T
+        self.origin.route("/c08/noranges/", lambda ex: ex.send(
+            200, H.content(ex.req.path, 0, T), [("Content-Type", CTYPE), ("ETag", '"whole"')]))
+        parts = [(8 * K64, 8 * K64 + 9), (2 * K64 + 1, 2 * K64 + 2), (5 * K64, 6 * K64)]
+        self.check_multi(self.get(p, headers=[("Range", range_header(parts))]), p, T, parts)
+        self.assertEqual(self.origin.request_count(), 1, self.reqs(p))
+        n = self.origin.request_count()
+        self.check_multi(self.get(p, headers=[("Range", range_header(parts))]), p, T, parts)
+        self.assertEqual(self.origin.request_count(), n, "warm went upstream")
+
     def test_big_parts_cold_and_warm(self):
         # 1 MiB chunks, parts of several chunks each: read-ahead within each part, many turns
         # of CONN_SEND_TURN and blocked writes across part edges.
