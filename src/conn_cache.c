@@ -16,8 +16,9 @@
  * answered 206 multipart/byteranges: choose_ranges() decides, with a boundary made per answer
  * and the exact body length up front; CACHE_BODY then sends the parts one after the other, each
  * part's bytes through the same chunk path as a single range (a cold part starts its fills and
- * reads ahead up to its own end), its head (and after the last part the closing delimiter)
- * queued in <out> between them.
+ * reads ahead up to its own end; a cold answer also has the chunks where its next parts begin
+ * filled ahead, parts_ahead), its head (and after the last part the closing delimiter) queued
+ * in <out> between them.
  */
 #include <errno.h>
 #include <stdio.h>
