@@ -280,6 +280,30 @@ class Multipart(Base):
         self.check_multi(self.get(p, headers=[("Range", range_header(parts))]), p, T, parts)
         self.assertEqual(self.origin.request_count(), n, "warm went upstream")
 
+    def test_parts_from_disk_after_a_restart(self):
+        # The parts' bytes from verified chunk files (disk lookups, sendfile), not from memory.
+        cache = os.path.join(self._tmp, "shared-cache")
+        os.makedirs(cache)
+        self.origin = self.start_origin()
+        self.dns = self.start_dns()
+        ov = {"cache": {"dir": cache, "chunk_size": "64K"}}
+        d = self.daemon = self.start_daemon(ov, origin=self.origin, dns=self.dns)
+        T = 12 * K64 + 77
+        p = "/c08/disk/size/%d" % T
+        parts = [(7 * K64 + 3, 9 * K64 + 3), (10, 99), (T - 100, T - 1), (4 * K64, 4 * K64)]
+        self.check_multi(self.get(p, headers=[("Range", range_header(parts))]), p, T, parts)
+        d.settle_disk()
+        self.assertEqual(d.stop(), 0)
+        self.daemon = self.start_daemon(ov, origin=self.origin, dns=self.dns)
+        n = self.origin.request_count()
+        again = [parts[2], parts[0], parts[3], parts[1]]
+        r = self.get(p, headers=[("Range", range_header(again))])
+        self.check_multi(r, p, T, again)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), n, "restarted daemon went upstream")
+        disk = self.daemon.metrics().get('cacheparty_cache_hits_total{tier="disk"}', 0)
+        self.assertGreaterEqual(disk, 5, "parts not read from the chunk files")
+
     def test_big_parts_cold_and_warm(self):
         # 1 MiB chunks, parts of several chunks each: read-ahead within each part, many turns
         # of CONN_SEND_TURN and blocked writes across part edges.
