@@ -3,7 +3,8 @@
  * libFuzzer target: Range, Content-Range and If-Range parsing and the chunk arithmetic (range.c).
  * The first 16 bytes give the object length and the chunk size; the rest is the header value.
  * Invariants: a RANGE_OK range lies inside the object, its chunks cover it exactly, and the
- * Content-Range we would print parses back to the same numbers.
+ * Content-Range we would print parses back to the same numbers; the parts of several ranges lie
+ * inside the object, never touch each other, and agree with range_parse.
  */
 #include <stdint.h>
 #include <string.h>
@@ -37,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         total &= 0xffff;
     cs = (cs & 0xfffff) + 1;
 
-    switch (range_parse(v, len, total, &r)) {
+    enum range_result pr = range_parse(v, len, total, &r);
+    switch (pr) {
     case RANGE_OK: {
         ASSERT(total > 0 && r.start <= r.end && r.end < total);
         uint64_t first, last, covered = 0;
@@ -70,6 +72,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case RANGE_MULTI:
         break;
     }
+
+    /* The parts of several ranges: inside the object, none touching another, at most
+     * RANGE_SET_MAX, and the same answer as range_parse wherever that one is not "several". */
+    struct range_set set;
+    enum range_result sr = range_parse_set(v, len, total, &set);
+    if (sr == RANGE_OK) {
+        ASSERT(set.n >= 1 && set.n <= RANGE_SET_MAX);
+        for (unsigned i = 0; i < set.n; i++) {
+            ASSERT(set.r[i].start <= set.r[i].end && set.r[i].end < total);
+            for (unsigned j = 0; j < i; j++)
+                ASSERT(set.r[j].end + 1 < set.r[i].start || set.r[i].end + 1 < set.r[j].start);
+        }
+    } else {
+        ASSERT(set.n == 0);
+    }
+    if (pr == RANGE_OK)
+        ASSERT(sr == RANGE_OK && set.n == 1 && set.r[0].start == r.start && set.r[0].end == r.end);
+    else if (pr == RANGE_MULTI)
+        ASSERT(sr == RANGE_OK || sr == RANGE_MULTI);
+    else
+        ASSERT(sr == pr);
+    (void)range_first_byte(v, len);
 
     uint64_t a, b, t;
     if (range_parse_content_range(v, len, &a, &b, &t) == RANGE_OK)

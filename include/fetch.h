@@ -102,6 +102,19 @@ bool fetch_want(struct chunk *ck, uint64_t off);
 #define FETCH_READAHEAD_MAX_FETCHES 32
 void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o, bool force);
 
+/*
+ * A reader of object <key>[0..key_len) (borrowed) of <cache> will read the chunks <idx>[0..n)
+ * later, in that order, each after the one before (the first chunks of the next parts of a
+ * multi-range answer): starts now the fills of those among the first [upstream] readahead of
+ * them that are in neither tier nor in flight, one chunk each, so that the parts come in
+ * parallel instead of one origin round trip after another. Not for <force> (?nocache=1), nor
+ * for an origin that ignores ranges, nor while FETCH_READAHEAD_MAX_FETCHES fetches or more run.
+ * Called again as the reader moves on, it keeps that many ahead of it. Fetches started here are
+ * stored even if the reader leaves.
+ */
+void fetch_ahead(struct cache *cache, const char *key, size_t key_len, const uint64_t *idx,
+                 size_t n, const struct origin_req *o, bool force);
+
 /* Fails and frees every running fetch (shutdown). */
 void fetch_cancel_all(void);
 unsigned fetch_live(void);

@@ -70,12 +70,18 @@ struct fwd_cache_head {
     const char *cache_status; /* "HIT" | "MISS" | "BYPASS" (?nocache=) */
     bool keep_alive;
     int client_minor;
+    /* 206 of several parts: the multipart/byteranges boundary (borrowed; NULL: one range) and
+     * the length of the whole multipart body (mp_body_length). */
+    const char *boundary;
+    uint64_t multipart_len;
 };
 
 /*
- * The head of a cached response: Content-Length (200: total, 206: the range, 412 and 416: their
- * short body), Content-Range (206, 416), validators, Accept-Ranges, Connection, X-LanCache-*. A
- * 412 or 416 response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
+ * The head of a cached response: Content-Length (200: total, 206: the range or the multipart
+ * body, 412 and 416: their short body), Content-Range (206 of one range, 416), for a 206 of
+ * several parts Content-Type: multipart/byteranges with the boundary instead of the stored type,
+ * validators, Accept-Ranges, Connection, X-LanCache-*. A 412 or 416 response's body ("416 ...\n",
+ * fwd_local_body_len) is appended unless <head_req>.
  */
 size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap);
 

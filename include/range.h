@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * range: byte ranges, pure (no I/O, no allocation). Parses a client's Range header against a known
- * object length (RFC 9110 §14.1-14.2), an origin's Content-Range (§14.4), answers If-Range
- * (§13.1.5), formats Content-Range, and maps object byte ranges onto fixed-size chunks.
+ * object length (RFC 9110 §14.1-14.2) into one range or the merged parts of several, an origin's
+ * Content-Range (§14.4), answers If-Range (§13.1.5), formats Content-Range, and maps object byte
+ * ranges onto fixed-size chunks.
  * All byte ranges here are inclusive [start, end] with start <= end, as on the wire.
  * Chunk i of an object of <total> bytes covers [i * chunk_size, min((i + 1) * chunk_size, total));
  * only the last chunk is shorter. A 0-length object has no chunks.
@@ -18,7 +19,8 @@
 enum range_result {
     RANGE_OK,            /* one satisfiable range: 206 */
     RANGE_NONE,          /* no usable Range (absent, other unit, invalid syntax): 200 full */
-    RANGE_MULTI,         /* several ranges, at least one satisfiable: may be answered 200 full */
+    RANGE_MULTI,         /* range_parse: several ranges, at least one satisfiable;
+                          * range_parse_set: too many parts. Either way: may be answered 200 full */
     RANGE_UNSATISFIABLE, /* no satisfiable range: 416 with Content-Range: bytes * / TOTAL */
 };
 
@@ -47,6 +49,57 @@ struct range {
  */
 enum range_result range_parse(const char *v, size_t len, uint64_t total, struct range *out)
     __attribute__((warn_unused_result));
+
+/* Most parts range_parse_set() gives (after merging); more: the whole object (200). */
+#define RANGE_SET_MAX 32
+/* Most disjoint ranges range_parse_set() keeps apart while it reads the list (see there). */
+#define RANGE_SET_WORK (2 * RANGE_SET_MAX)
+
+/* The parts of a ranged answer, in the order they are sent. */
+struct range_set {
+    unsigned n; /* 1..RANGE_SET_MAX after RANGE_OK, else 0 */
+    struct range r[RANGE_SET_MAX];
+};
+
+/*
+ * Parses the Range value <v>[0..len) (borrowed; as range_parse: same grammar, NULL with len 0 is
+ * absent) for an object of <total> bytes into the parts of the answer (RFC 9110 §14.2, §14.6):
+ * unsatisfiable range-specs are dropped; satisfiable ones (ends clamped to total - 1, "-n" the
+ * last n bytes) that overlap or touch (a-b and b+1-c) are merged. A gap, even of one byte, is
+ * never filled. So the parts are the pieces of the union of the ranges asked, no two of them
+ * overlapping or touching, and their order is the order asked: each part stands where the first
+ * range-spec that is a piece of it stood in the list. A later range that overlaps an earlier
+ * part joins that part where it stands; one that joins several parts makes one part of them, at
+ * the place of the earliest. Examples (total 1000):
+ *   "bytes=500-599,0-99"          -> 500-599, 0-99
+ *   "bytes=0-99,50-149,100-199"   -> 0-199
+ *   "bytes=200-299,0-99,250-400"  -> 200-400, 0-99
+ *   "bytes=500-599,0-99,90-510"   -> 0-599
+ *   "bytes=0-9,2000-2999,-10"     -> 0-9, 990-999
+ * Returns:
+ *  RANGE_OK: <out> holds out->n parts, 1 to RANGE_SET_MAX (1: a plain 206; more: multipart).
+ *  RANGE_NONE: as range_parse (absent, not "bytes", invalid anywhere in the list, or a suffix
+ *    range on a 0-length object).
+ *  RANGE_UNSATISFIABLE: as range_parse: no range-spec is satisfiable (416).
+ *  RANGE_MULTI: more than RANGE_SET_MAX parts, or more than RANGE_SET_WORK disjoint ranges at
+ *    some point while reading the list (later ranges that would have joined them are not waited
+ *    for): answer with the whole object, as RFC 9110 §14.2 allows. Bounds the work to
+ *    RANGE_SET_WORK steps a range-spec.
+ * out->n is 0 unless RANGE_OK.
+ */
+enum range_result range_parse_set(const char *v, size_t len, uint64_t total, struct range_set *out)
+    __attribute__((warn_unused_result));
+
+/*
+ * The lowest byte the Range value <v>[0..len) (borrowed) asks for, told without the object's
+ * length (the parts range_parse_set() gives for an object of UINT64_MAX bytes): 0 when a
+ * range-spec is a suffix ("-n", which needs the length), or when the value gives no parts
+ * (absent, invalid, too many parts). A hint: the chunk to look up first, so that a cold ranged
+ * request fetches a chunk it needs before it knows the length. Not the first part's start: when
+ * the parts are out of order, that one may lie past the object's end (then dropped) and its
+ * fetch answered 416, while the lowest byte lies in the object whenever any range does.
+ */
+uint64_t range_first_byte(const char *v, size_t len);
 
 /* Number of chunks of an object of <total> bytes: ceil(total / chunk_size). <chunk_size> > 0. */
 uint64_t range_chunk_count(uint64_t total, uint64_t chunk_size);

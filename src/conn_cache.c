@@ -12,11 +12,20 @@
  * waiting on the chunk for more.
  * Only one chunk ref is held at a time. A chunk of another version than the head promised, or a
  * fetch failing after the head went out, closes the connection before the promised length.
+ *
+ * Several ranges (range_parse_set: merged, at most RANGE_SET_MAX parts, in the order asked) are
+ * answered 206 multipart/byteranges: choose_ranges() decides, with a boundary made per answer
+ * and the exact body length up front; CACHE_BODY then sends the parts one after the other, each
+ * part's bytes through the same chunk path as a single range (a cold part starts its fills and
+ * reads ahead up to its own end; a cold answer also has the chunks where its next parts begin
+ * filled ahead, parts_ahead), its head (and after the last part the closing delimiter) queued
+ * in <out> between them.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 
@@ -25,11 +34,20 @@
 #include "conn_int.h"
 #include "fetch.h"
 #include "log.h"
+#include "multipart.h"
 #include "origin.h"
 #include "precond.h"
 #include "range.h"
 #include "stats.h"
 #include "util.h"
+
+/* The parts of a multipart/byteranges answer (c->mp). */
+struct conn_parts {
+    struct range_set set;               /* the parts, in the order sent */
+    unsigned cur;                       /* the part being sent (c->pos, c->end) */
+    bool ahead;                         /* the object was being filled: fetch parts ahead */
+    char boundary[MP_BOUNDARY_LEN + 1]; /* this answer's */
+};
 
 static const struct h1_field *field(const struct conn *c, const char *name)
 {
@@ -184,20 +202,13 @@ static bool query_has_nocache(const struct conn *c)
     return false;
 }
 
-/* The first byte a Range asks for, if it can be told without the length (else 0). */
+/* The lowest byte a Range asks for, if it can be told without the length (else 0). */
 static uint64_t first_byte(const struct conn *c)
 {
     const struct h1_field *rf = field(c, "Range");
     if (rf == NULL || c->head_req)
         return 0;
-    const char *v = c->req_head + rf->value.off;
-    struct range r;
-    if (range_parse(v, rf->value.len, UINT64_MAX, &r) != RANGE_OK)
-        return 0;
-    const char *eq = memchr(v, '=', rf->value.len);
-    if (eq == NULL || eq[1] == '-')
-        return 0; /* a suffix range: needs the length first */
-    return r.start;
+    return range_first_byte(c->req_head + rf->value.off, rf->value.len);
 }
 
 void conn_cache_begin(struct conn *c)
@@ -234,6 +245,8 @@ void conn_cache_reset(struct conn *c)
     c->ck_created = false;
     c->ra_pending = false;
     c->blocked_write = false;
+    free(c->mp);
+    c->mp = NULL;
 }
 
 /* A request field's value for precond (absent: v NULL). */
@@ -263,6 +276,121 @@ static enum precond_outcome preconditions(const struct conn *c, const struct cac
     /* No stored Date yet: If-Modified-Since needs a Last-Modified, and one counts as strong. */
     struct precond_stored st = {m->etag, m->last_modified, false, 0};
     return precond_evaluate(&r, &st, (int64_t)ev_now(c->ctx->loop));
+}
+
+/*
+ * A boundary no one can tell before the answer: the kernel's random bytes. Should they not be
+ * ready yet (early boot), a hash of the clock and the connection: unique per answer, and never
+ * a function of the object's bytes.
+ */
+static void make_boundary(const struct conn *c, char *out)
+{
+    unsigned char rnd[MP_BOUNDARY_RANDOM];
+    if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd)) {
+        uint64_t x = (uint64_t)(ev_time() * 1e9) ^ ((uint64_t)c->id << 40) ^ c->served;
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+            /* splitmix64: every output byte depends on every input bit */
+            uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            rnd[i] = (unsigned char)(z ^ (z >> 31));
+        }
+    }
+    mp_boundary_make(out, rnd);
+}
+
+/*
+ * The range decision for a request whose Range <rf> applies (no conditional answered it, and
+ * If-Range, if any, matched): one part: 206 of h->start..h->end; several: 206 multipart, with
+ * c->mp (owned) and h's boundary and body length; unsatisfiable: 416; no usable Range, or
+ * more than RANGE_SET_MAX parts: <h> stays the 200 of the whole object.
+ */
+static void choose_ranges(struct conn *c, const struct h1_field *rf, const struct cache_meta *m,
+                          struct fwd_cache_head *h)
+{
+    struct range_set set;
+    switch (range_parse_set(c->req_head + rf->value.off, rf->value.len, m->total, &set)) {
+    case RANGE_OK:
+        h->status = 206;
+        h->start = set.r[0].start;
+        h->end = set.r[0].end;
+        if (set.n == 1)
+            break;
+        ASSERT(c->mp == NULL);
+        c->mp = xmalloc(sizeof(*c->mp));
+        c->mp->set = set;
+        c->mp->cur = 0;
+        c->mp->ahead = false;
+        make_boundary(c, c->mp->boundary);
+        h->boundary = c->mp->boundary;
+        h->multipart_len = mp_body_length(h->boundary, m->content_type, set.r, set.n, m->total);
+        break;
+    case RANGE_UNSATISFIABLE:
+        h->status = 416;
+        break;
+    case RANGE_NONE:
+    case RANGE_MULTI:
+        break; /* the whole object */
+    }
+}
+
+/* A cold multipart answer: the fill may start the chunks where the next parts begin now
+ * (fetch_ahead), so that they come in parallel. */
+static void parts_ahead(struct conn *c)
+{
+    struct conn_parts *p = c->mp;
+    uint64_t idx[RANGE_SET_MAX];
+    size_t n = 0;
+    if (!p->ahead)
+        return;
+    uint64_t cs = cache_chunk_size(c->ctx->cache);
+    uint64_t here = p->set.r[p->cur].start / cs;
+    for (unsigned j = p->cur + 1; j < p->set.n; j++) {
+        uint64_t k = p->set.r[j].start / cs;
+        if (k != here)
+            idx[n++] = k; /* (a chunk repeated is in flight by then: nothing more is started) */
+    }
+    if (n == 0)
+        return;
+    struct origin_req o;
+    origin_of(c, &o);
+    fetch_ahead(c->ctx->cache, c->objkey, c->objkey_len, idx, n, &o, c->force);
+}
+
+/* Makes part c->mp->cur the bytes to send, its head queued in <out> (which has room: it holds
+ * at most the answer's head, the body's bytes never go through it). */
+static void start_part(struct conn *c)
+{
+    struct conn_parts *p = c->mp;
+    const struct range *r = &p->set.r[p->cur];
+    conn_out_ensure(c);
+    buf_compact(&c->out);
+    size_t n = mp_part_head(c->out.last, buf_room(&c->out), p->boundary, p->cur == 0,
+                            c->sent.content_type, r->start, r->end, c->sent.total);
+    ASSERT(n > 0); /* MP_PART_HEAD_MAX: far less than <out>, which is at most half full */
+    c->out.last += n;
+    c->body_bytes += n;
+    c->pos = r->start;
+    c->end = r->end;
+    parts_ahead(c);
+}
+
+/* The current part is sent: starts the next one (true), or, after the last, queues the closing
+ * delimiter (false: the body is complete once <out> is written). */
+static bool next_part(struct conn *c)
+{
+    struct conn_parts *p = c->mp;
+    if (++p->cur < p->set.n) {
+        start_part(c);
+        return true;
+    }
+    conn_out_ensure(c);
+    buf_compact(&c->out);
+    size_t n = mp_tail(c->out.last, buf_room(&c->out), p->boundary);
+    ASSERT(n > 0);
+    c->out.last += n;
+    c->body_bytes += n;
+    return false;
 }
 
 static bool head_step(struct conn *c)
@@ -315,21 +443,8 @@ static bool head_step(struct conn *c)
         h.status = 304;
     else if (pc == PRECOND_FAILED)
         h.status = 412;
-    if (pc == PRECOND_RANGE) {
-        struct range r;
-        switch (range_parse(c->req_head + rf->value.off, rf->value.len, m->total, &r)) {
-        case RANGE_OK:
-            h.status = 206;
-            h.start = r.start;
-            h.end = r.end;
-            break;
-        case RANGE_UNSATISFIABLE:
-            h.status = 416;
-            break;
-        default:
-            break; /* none or several ranges: the whole object */
-        }
-    }
+    if (pc == PRECOND_RANGE)
+        choose_ranges(c, rf, m, &h); /* one range, several (multipart), or 416 */
     bool no_bytes = h.status == 304 || h.status == 412 || h.status == 416;
     if (no_bytes) /* no object bytes follow */
         c->keep_alive = c->keep_alive && c->req.version_minor == 1;
@@ -350,8 +465,12 @@ static bool head_step(struct conn *c)
     }
     c->pos = h.start;
     c->end = h.end;
+    if (c->mp != NULL) {
+        c->mp->ahead = cache_chunk_state(ck) == CHUNK_S_FILLING; /* as read_sequential */
+        start_part(c); /* part 0 is h.start..h.end: its head follows the answer's */
+    }
     if (cache_chunk_index(ck) != h.start / cache_chunk_size(c->ctx->cache))
-        drop_chunk(c); /* a suffix range: body_step fetches the right one */
+        drop_chunk(c); /* a suffix range, or parts out of order: body_step gets the first */
     else
         read_sequential(c);
     conn_set_state(c, CONN_S_CACHE_BODY);
@@ -462,6 +581,15 @@ static bool body_step(struct conn *c)
         }
         if (c->pos == cstart + cap)
             drop_chunk(c);
+    }
+    /* A part ending inside a chunk keeps it: the next part may start in it. */
+    if (c->mp != NULL && next_part(c)) {
+        /* Its head goes out first (the driver writes <out>, then steps again); after bytes of
+         * this turn, in the next loop iteration, so that many small parts do not make one
+         * client's turn longer than CONN_SEND_TURN allows. */
+        if (turn > 0)
+            c->blocked_write = true;
+        return true;
     }
     drop_chunk(c);
     conn_response_done(c);

@@ -20,6 +20,7 @@
 #include "forward.h"
 #include "http1.h"
 
+struct conn_parts;
 struct resolver_query;
 struct upstream;
 
@@ -123,6 +124,7 @@ struct conn {
     struct cache_meta sent;  /* the version the response head promised */
     uint64_t pos;            /* next object byte to send */
     uint64_t end;            /* last object byte to send (inclusive) */
+    struct conn_parts *mp;   /* owns: a multipart answer's parts (pos, end: the current one) */
 };
 
 extern const char *const conn_state_names[];

@@ -1117,6 +1117,20 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
     }
 }
 
+void fetch_ahead(struct cache *cache, const char *key, size_t key_len, const uint64_t *idx,
+                 size_t n, const struct origin_req *o, bool force)
+{
+    if (force || origin_ignores_ranges(o->authority))
+        return;
+    size_t window = g_cfg->readahead;
+    for (size_t i = 0; i < n && i < window; i++) {
+        if (fetch_live() >= FETCH_READAHEAD_MAX_FETCHES)
+            return;
+        if (!cache_chunk_exists(cache, key, key_len, idx[i]))
+            (void)fetch_span(cache, key, key_len, idx[i], idx[i], o);
+    }
+}
+
 bool fetch_want(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);

@@ -181,7 +181,10 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
     struct out w = {out, 0, cap, false};
     putf(&w, "HTTP/1.1 %d %s\r\n", h->status, h1_reason(h->status));
     bool short_body = h->status == 412 || h->status == 416; /* our text, not the object */
-    if (h->content_type[0] != '\0' && !short_body)
+    bool multipart = h->status == 206 && h->boundary != NULL;
+    if (multipart)
+        putf(&w, "Content-Type: multipart/byteranges; boundary=%s\r\n", h->boundary);
+    else if (h->content_type[0] != '\0' && !short_body)
         putf(&w, "Content-Type: %s\r\n", h->content_type);
     if (h->etag[0] != '\0')
         putf(&w, "ETag: %s\r\n", h->etag);
@@ -190,6 +193,10 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
     puts_(&w, "Accept-Ranges: bytes\r\n");
     switch (h->status) {
     case 206:
+        if (multipart) { /* each part carries its Content-Range */
+            putf(&w, "Content-Length: %llu\r\n", (unsigned long long)h->multipart_len);
+            break;
+        }
         putf(&w, "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
              (unsigned long long)h->start, (unsigned long long)h->end, (unsigned long long)h->total,
              (unsigned long long)(h->end - h->start + 1));

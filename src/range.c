@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * range: Range / Content-Range / If-Range parsing and chunk arithmetic. See range.h.
+ * range: Range / Content-Range / If-Range parsing, the merging of several ranges into the parts
+ * of an answer, and chunk arithmetic. See range.h.
  * Pure: no I/O, no allocation, no global state. Every number from the wire goes through
  * parse_u64(), which refuses anything that does not fit in 64 bits, so no arithmetic here can
  * overflow; chunk products (index * chunk_size) are asserted against the object length first.
@@ -103,47 +104,66 @@ static enum spec parse_spec(const char *p, size_t len, uint64_t total, struct ra
     return SPEC_SAT;
 }
 
+/* Strips OWS and the "bytes=" unit from a Range value: false when absent or of another unit. */
+static bool range_specs(const char **v, size_t *len)
+{
+    if (*v == NULL || *len == 0)
+        return false;
+    trim_ows(v, len);
+    if (!has_bytes_unit(*v, *len) || *len < 6 || (*v)[5] != '=')
+        return false;
+    *v += 6;
+    *len -= 6;
+    return true;
+}
+
+/*
+ * The next element of the 1#range-spec list [*v, *v + *len), trimmed, into [*e, *e + *elen), and
+ * moves past it; false when no element is left. Elements are separated by OWS "," OWS; empty
+ * elements are skipped (RFC 9110 §5.6.1.2).
+ */
+static bool next_spec(const char **v, size_t *len, const char **e, size_t *elen)
+{
+    while (*len > 0) {
+        const char *comma = memchr(*v, ',', *len);
+        size_t n = comma ? (size_t)(comma - *v) : *len;
+        size_t step = comma ? n + 1 : n;
+        *e = *v;
+        *elen = n;
+        trim_ows(e, elen);
+        *v += step;
+        *len -= step;
+        if (*elen > 0)
+            return true;
+    }
+    return false;
+}
+
 enum range_result range_parse(const char *v, size_t len, uint64_t total, struct range *out)
 {
-    if (v == NULL || len == 0)
+    if (!range_specs(&v, &len))
         return RANGE_NONE;
-    trim_ows(&v, &len);
-    if (!has_bytes_unit(v, len) || len < 6 || v[5] != '=')
-        return RANGE_NONE;
-    v += 6;
-    len -= 6;
-
     size_t n_specs = 0, n_sat = 0;
     bool empty_suffix = false;
     struct range first = {0, 0};
-    /* 1#range-spec: elements separated by OWS "," OWS; empty elements are ignored (§5.6.1.2). */
-    while (len > 0) {
-        const char *comma = memchr(v, ',', len);
-        size_t elen = comma ? (size_t)(comma - v) : len;
-        const char *e = v;
-        size_t tlen = elen;
-        trim_ows(&e, &tlen);
-        if (tlen > 0) {
-            struct range r = {0, 0};
-            switch (parse_spec(e, tlen, total, &r)) {
-            case SPEC_INVALID:
-                return RANGE_NONE;
-            case SPEC_SAT:
-                if (n_sat++ == 0)
-                    first = r;
-                break;
-            case SPEC_UNSAT:
-                break;
-            case SPEC_EMPTY_SUFFIX:
-                empty_suffix = true;
-                break;
-            }
-            n_specs++;
-        }
-        if (!comma)
+    const char *e;
+    size_t elen;
+    while (next_spec(&v, &len, &e, &elen)) {
+        struct range r = {0, 0};
+        switch (parse_spec(e, elen, total, &r)) {
+        case SPEC_INVALID:
+            return RANGE_NONE;
+        case SPEC_SAT:
+            if (n_sat++ == 0)
+                first = r;
             break;
-        v = comma + 1;
-        len -= elen + 1;
+        case SPEC_UNSAT:
+            break;
+        case SPEC_EMPTY_SUFFIX:
+            empty_suffix = true;
+            break;
+        }
+        n_specs++;
     }
     if (n_specs == 0)
         return RANGE_NONE; /* "bytes=" or only commas: invalid */
@@ -155,6 +175,113 @@ enum range_result range_parse(const char *v, size_t len, uint64_t total, struct 
         return RANGE_MULTI;
     *out = first;
     return RANGE_OK;
+}
+
+/* Whether <a> and <b> overlap or touch. Ends are below UINT64_MAX (clamped to total - 1), so
+ * end + 1 does not overflow. */
+static bool touches(const struct range *a, const struct range *b)
+{
+    return a->start <= b->end + 1 && b->start <= a->end + 1;
+}
+
+/*
+ * Adds <r> to the parts <w>[0..*n) (in the order asked, none touching another): merged into
+ * every part it touches, which become one, at the place of the earliest of them; else appended.
+ * Returns false when it would be a new part and <w> already holds RANGE_SET_WORK.
+ */
+static bool merge(struct range *w, size_t *n, struct range r)
+{
+    size_t j = 0, into = 0;
+    bool merged = false;
+    for (size_t i = 0; i < *n; i++) {
+        /* <r> touches w[i] iff it touches the part grown so far: parts never touch each other,
+         * and the grown part is w[into] and <r> without a gap. */
+        if (!touches(&w[i], &r)) {
+            w[j++] = w[i];
+            continue;
+        }
+        struct range *to = merged ? &w[into] : &r;
+        if (w[i].start < to->start)
+            to->start = w[i].start;
+        if (w[i].end > to->end)
+            to->end = w[i].end;
+        if (!merged) {
+            into = j;
+            w[j++] = r;
+            merged = true;
+        }
+    }
+    *n = j;
+    if (merged)
+        return true;
+    if (*n == RANGE_SET_WORK)
+        return false;
+    w[(*n)++] = r;
+    return true;
+}
+
+/* range_parse_set(); *suffix (when not NULL) says whether a range-spec was "-n". */
+static enum range_result parse_set(const char *v, size_t len, uint64_t total, struct range_set *out,
+                                   bool *suffix)
+{
+    struct range w[RANGE_SET_WORK];
+    size_t nw = 0, n_specs = 0;
+    bool any_sat = false, empty_suffix = false, overflow = false;
+    const char *e;
+    size_t elen;
+
+    out->n = 0;
+    if (suffix != NULL)
+        *suffix = false;
+    if (!range_specs(&v, &len))
+        return RANGE_NONE;
+    while (next_spec(&v, &len, &e, &elen)) {
+        struct range r = {0, 0};
+        if (e[0] == '-' && suffix != NULL)
+            *suffix = true;
+        switch (parse_spec(e, elen, total, &r)) {
+        case SPEC_INVALID:
+            return RANGE_NONE;
+        case SPEC_SAT:
+            any_sat = true;
+            /* Past the bound, the rest is still read: an invalid element makes it RANGE_NONE. */
+            if (!overflow && !merge(w, &nw, r))
+                overflow = true;
+            break;
+        case SPEC_UNSAT:
+            break;
+        case SPEC_EMPTY_SUFFIX:
+            empty_suffix = true;
+            break;
+        }
+        n_specs++;
+    }
+    if (n_specs == 0 || empty_suffix)
+        return RANGE_NONE; /* as range_parse */
+    if (!any_sat)
+        return RANGE_UNSATISFIABLE;
+    if (overflow || nw > RANGE_SET_MAX)
+        return RANGE_MULTI;
+    memcpy(out->r, w, nw * sizeof(w[0]));
+    out->n = (unsigned)nw;
+    return RANGE_OK;
+}
+
+enum range_result range_parse_set(const char *v, size_t len, uint64_t total, struct range_set *out)
+{
+    return parse_set(v, len, total, out, NULL);
+}
+
+uint64_t range_first_byte(const char *v, size_t len)
+{
+    struct range_set s;
+    bool suffix;
+    if (parse_set(v, len, UINT64_MAX, &s, &suffix) != RANGE_OK || suffix)
+        return 0;
+    uint64_t low = s.r[0].start;
+    for (unsigned i = 1; i < s.n; i++)
+        low = s.r[i].start < low ? s.r[i].start : low;
+    return low;
 }
 
 uint64_t range_chunk_count(uint64_t total, uint64_t chunk_size)

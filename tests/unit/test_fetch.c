@@ -6,8 +6,8 @@
  * and Range and answers as the test's script says (206 ranges, the whole object to a Range,
  * an answer cut short once, a redirect, a close without answer, an error page). The tests start
  * fills the way the client path does (a lookup's MISS, fetch_start_at, fetch_want,
- * fetch_sequential) and assert on the bytes committed into the chunks and on what the origin was
- * asked. Every test ends with no fetch, upstream or chunk alive.
+ * fetch_sequential, fetch_ahead) and assert on the bytes committed into the chunks and on what the
+ * origin was asked. Every test ends with no fetch, upstream or chunk alive.
  */
 #include "fetch.h"
 
@@ -581,6 +581,63 @@ static void test_no_read_ahead_while_the_cap_of_fetches_runs(void **state)
     }
 }
 
+static void test_parts_ahead_fill_the_first_readahead_missing_chunks_once(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    /* The window is the first 4 ([upstream] readahead): 5, 2, 9 and 2 again (in flight). */
+    const uint64_t next[] = {5, 2, 9, 2, 11, 7};
+    fetch_ahead(f->cache, KEY, KEY_LEN, next, ARRAY_SIZE(next), &o, false);
+    assert_int_equal(fetch_live(), 1 + 3);
+    RUN_UNTIL(f, fetch_live() == 0);
+    /* The reader moved on: the rest of the list; a chunk already stored is not asked again. */
+    fetch_ahead(f->cache, KEY, KEY_LEN, next + 2, ARRAY_SIZE(next) - 2, &o, false);
+    assert_int_equal(fetch_live(), 2); /* 11 and 7 */
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 6);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    const uint64_t want[] = {0, 2, 5, 7, 9, 11};
+    for (int i = 0; i < n; i++) { /* one request per chunk, the whole chunk */
+        assert_int_equal(reqs[i].a, want[i] * CS);
+        assert_int_equal(reqs[i].b, want[i] * CS + CS - 1);
+    }
+    const uint64_t idx[] = {0, 2, 5, 7, 9, 11};
+    for (size_t i = 0; i < ARRAY_SIZE(idx); i++) {
+        struct chunk *c = NULL;
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, idx[i], 0, NULL, false, &c),
+                         CACHE_HIT);
+        assert_chunk_bytes(f, c, total);
+        cache_chunk_unref(&c);
+    }
+}
+
+static void test_no_parts_ahead_for_nocache_or_at_the_cap_of_fetches(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 80 * CS;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    const uint64_t next[] = {70, 71};
+    struct chunk *cks[FETCH_READAHEAD_MAX_FETCHES];
+    cks[0] = read_chunk(f, 0, 0, &o, NULL);
+    fetch_ahead(f->cache, KEY, KEY_LEN, next, ARRAY_SIZE(next), &o, true); /* ?nocache=1 */
+    assert_int_equal(fetch_live(), 1);
+    for (unsigned i = 1; i < FETCH_READAHEAD_MAX_FETCHES; i++)
+        cks[i] = read_chunk(f, 2 * i, 0, &o, NULL);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES);
+    fetch_ahead(f->cache, KEY, KEY_LEN, next, ARRAY_SIZE(next), &o, false);
+    assert_int_equal(fetch_live(), FETCH_READAHEAD_MAX_FETCHES); /* none ahead */
+    fetch_cancel_all();
+    for (unsigned i = 0; i < FETCH_READAHEAD_MAX_FETCHES; i++)
+        cache_chunk_unref(&cks[i]);
+}
+
 static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **state)
 {
     struct fx *f = *state;
@@ -827,6 +884,8 @@ int main(void)
         T(test_read_ahead_asks_the_rest_of_the_object_once_in_runs),
         T(test_no_read_ahead_for_nocache_or_the_last_chunk),
         T(test_no_read_ahead_while_the_cap_of_fetches_runs),
+        T(test_parts_ahead_fill_the_first_readahead_missing_chunks_once),
+        T(test_no_parts_ahead_for_nocache_or_at_the_cap_of_fetches),
         T(test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it),
         T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
         T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),

@@ -758,7 +758,8 @@ static void test_fwd_response_head_adds_our_date_when_the_origin_sent_none(void 
 static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
 {
     (void)state;
-    struct fwd_cache_head h = {412, 1000, 0, 999, "\"e\"", "", "x/y", HOSTNAME, "HIT", true, 1};
+    struct fwd_cache_head h = {412,      1000,  0,    999, "\"e\"", "", "x/y",
+                               HOSTNAME, "HIT", true, 1,   NULL,    0};
     size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
     assert_true(n > 0);
     g_out[n] = '\0';
@@ -780,7 +781,8 @@ static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
 static void test_fwd_cache_response_416_says_the_length(void **state)
 {
     (void)state;
-    struct fwd_cache_head h = {416, 1000, 0, 999, "", "", "x/y", HOSTNAME, "MISS", true, 1};
+    struct fwd_cache_head h = {416,      1000,   0,    999, "",   "", "x/y",
+                               HOSTNAME, "MISS", true, 1,   NULL, 0};
     size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
     assert_true(n > 0);
     g_out[n] = '\0';
@@ -837,6 +839,43 @@ static void test_fwd_is_loop_after_our_own_request_head(void **state)
     assert_true(is_loop(copy));
 }
 
+static void test_fwd_cache_response_multipart_has_its_type_and_body_length(void **state)
+{
+    (void)state;
+    struct fwd_cache_head h;
+    memset(&h, 0, sizeof(h));
+    h.status = 206;
+    h.total = 8000;
+    h.start = 500;
+    h.end = 999;
+    h.etag = "\"e\"";
+    h.last_modified = "";
+    h.content_type = "application/pdf";
+    h.hostname = HOSTNAME;
+    h.cache_status = "HIT";
+    h.keep_alive = true;
+    h.client_minor = 1;
+    h.boundary = "B0";
+    h.multipart_len = 1234;
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_non_null(strstr(g_out, "HTTP/1.1 206 Partial Content\r\n"));
+    assert_non_null(strstr(g_out, "\r\nContent-Type: multipart/byteranges; boundary=B0\r\n"));
+    assert_non_null(strstr(g_out, "\r\nContent-Length: 1234\r\n"));
+    assert_null(strstr(g_out, "application/pdf")); /* in each part, not here */
+    assert_null(strstr(g_out, "Content-Range"));
+    /* One range: the stored type and its Content-Range, as before. */
+    h.boundary = NULL;
+    n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_non_null(strstr(g_out, "\r\nContent-Type: application/pdf\r\n"));
+    assert_non_null(strstr(g_out, "\r\nContent-Range: bytes 500-999/8000\r\n"));
+    assert_non_null(strstr(g_out, "\r\nContent-Length: 500\r\n"));
+    assert_null(strstr(g_out, "multipart"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -882,6 +921,7 @@ int main(void)
         cmocka_unit_test(test_fwd_is_loop_detects_our_name),
         cmocka_unit_test(test_fwd_is_loop_other_names_are_not_loops),
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),
+        cmocka_unit_test(test_fwd_cache_response_multipart_has_its_type_and_body_length),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_range: Range parsing against an object length (every form, whitespace, case, empty list
- * elements, multi, unsatisfiable, 0-length objects, 64-bit limits), chunk arithmetic across
+ * elements, multi, unsatisfiable, 0-length objects, 64-bit limits), the parts of several ranges
+ * (merging, their order, the 32-part bound, cross-checked against the definition byte by byte),
+ * the first-byte hint, chunk arithmetic across
  * boundaries and for the short last chunk (cross-checked byte by byte on small objects),
  * Content-Range formatting and strict parsing, and If-Range matching.
  */
@@ -12,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -233,6 +236,306 @@ static void test_range_parse_not_nul_terminated(void **state)
     assert_int_equal(r.end, 2);
     assert_int_equal(range_parse(v, 8, 100, &r), RANGE_OK); /* "bytes=1-" */
     assert_int_equal(r.end, 99);
+}
+
+/* ---- range_parse_set ---- */
+
+/* The parts of <v> for <total> as "a-b,c-d" in <buf> (RANGE_OK), or the result's name. */
+static const char *set_str(const char *v, uint64_t total, char *buf, size_t cap)
+{
+    struct range_set s;
+    memset(&s, 0xa5, sizeof(s));
+    enum range_result res = range_parse_set(v, strlen(v), total, &s);
+    if (res != RANGE_OK) {
+        assert_int_equal(s.n, 0);
+        return res == RANGE_NONE ? "NONE" : res == RANGE_MULTI ? "MULTI" : "UNSAT";
+    }
+    assert_true(s.n >= 1 && s.n <= RANGE_SET_MAX);
+    size_t off = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < s.n; i++) {
+        assert_true(s.r[i].start <= s.r[i].end && s.r[i].end < total);
+        int k = snprintf(buf + off, cap - off, "%s%llu-%llu", i ? "," : "",
+                         (unsigned long long)s.r[i].start, (unsigned long long)s.r[i].end);
+        assert_true(k > 0 && (size_t)k < cap - off);
+        off += (size_t)k;
+    }
+    return buf;
+}
+
+static void expect_set(const char *v, uint64_t total, const char *want)
+{
+    char buf[4096];
+    assert_string_equal(set_str(v, total, buf, sizeof(buf)), want);
+}
+
+static void test_range_parse_set_one_range_is_one_part(void **state)
+{
+    (void)state;
+    expect_set("bytes=10-20", 100, "10-20");
+    expect_set("bytes=-10", 100, "90-99");
+    expect_set("bytes=50-", 100, "50-99");
+}
+
+static void test_range_parse_set_disjoint_ranges_keep_the_order_asked(void **state)
+{
+    (void)state;
+    expect_set("bytes=0-9,20-29", 100, "0-9,20-29");
+    expect_set("bytes=50-59,0-9,20-29", 100, "50-59,0-9,20-29");
+    expect_set("bytes=-10,0-9", 100, "90-99,0-9");
+    expect_set("bytes=0-0,99-99", 100, "0-0,99-99");
+}
+
+static void test_range_parse_set_overlapping_and_touching_ranges_merge(void **state)
+{
+    (void)state;
+    expect_set("bytes=0-99,50-149", 1000, "0-149");
+    expect_set("bytes=0-99,100-199", 1000, "0-199"); /* touching: one part */
+    expect_set("bytes=100-199,0-99", 1000, "0-199");
+    expect_set("bytes=0-9,0-9", 1000, "0-9");       /* the same twice */
+    expect_set("bytes=10-20,12-15", 1000, "10-20"); /* inside */
+    expect_set("bytes=12-15,10-20", 1000, "10-20");
+    expect_set("bytes=0-99,101-199", 1000, "0-99,101-199"); /* a gap of one byte stays */
+    expect_set("bytes=0-99,50-149,100-199", 1000, "0-199");
+}
+
+static void test_range_parse_set_merged_part_stands_where_its_first_range_stood(void **state)
+{
+    (void)state;
+    /* A later range joins an earlier part where that part stands. */
+    expect_set("bytes=200-299,0-99,250-400", 1000, "200-400,0-99");
+    expect_set("bytes=200-299,0-99,50-150", 1000, "200-299,0-150");
+    /* A later range joining two parts makes one part, at the place of the earlier. */
+    expect_set("bytes=500-599,0-99,90-510", 1000, "0-599");
+    expect_set("bytes=700-799,500-599,0-99,90-510", 1000, "700-799,0-599");
+    expect_set("bytes=700-799,0-99,500-599,90-510,800-900", 1000, "700-900,0-599");
+    /* Three parts joined by one range. */
+    expect_set("bytes=40-49,0-9,20-29,5-45,90-99", 100, "0-49,90-99");
+}
+
+static void test_range_parse_set_unsatisfiable_ranges_dropped(void **state)
+{
+    (void)state;
+    expect_set("bytes=0-9,2000-2999,-10", 1000, "0-9,990-999");
+    expect_set("bytes=1000-,0-9", 1000, "0-9"); /* one left: a plain 206 */
+    expect_set("bytes=-0,5-6", 1000, "5-6");
+    expect_set("bytes=1000-,2000-2999,-0", 1000, "UNSAT");
+    /* Ends past the object are clamped, then merged. */
+    expect_set("bytes=990-5000,0-9", 1000, "990-999,0-9");
+    expect_set("bytes=990-5000,995-", 1000, "990-999");
+    expect_set("bytes=-2000,0-9", 1000, "0-999");
+}
+
+static void test_range_parse_set_invalid_or_absent_is_none(void **state)
+{
+    (void)state;
+    expect_set("bytes=0-1,x", 100, "NONE");
+    expect_set("bytes=0-1,5-4", 100, "NONE");
+    expect_set("bytes=", 100, "NONE");
+    expect_set("bytes=,,", 100, "NONE");
+    expect_set("items=0-1,3-4", 100, "NONE");
+    expect_set("bytes=0-1, 3 -4", 100, "NONE");
+    expect_set("bytes=-5,0-", 0, "NONE"); /* a suffix on a 0-length object, as range_parse */
+    expect_set("bytes=0-,5-", 0, "UNSAT");
+    struct range_set s;
+    assert_int_equal(range_parse_set(NULL, 0, 100, &s), RANGE_NONE);
+    assert_int_equal(s.n, 0);
+}
+
+static void test_range_parse_set_whitespace_and_empty_elements(void **state)
+{
+    (void)state;
+    expect_set(" bytes=0-1 ,\t5-6 , ,8-9 ", 100, "0-1,5-6,8-9");
+    expect_set("BYTES=,0-1,,5-6,", 100, "0-1,5-6");
+}
+
+/* "bytes=" then <n> disjoint ranges of 2 bytes, 10 apart, from <first> on, then <tail>. */
+static void many(char *buf, size_t cap, unsigned n, uint64_t first, const char *tail)
+{
+    size_t off = (size_t)snprintf(buf, cap, "bytes=");
+    for (unsigned i = 0; i < n; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%llu-%llu", i ? "," : "",
+                                (unsigned long long)(first + 10 * i),
+                                (unsigned long long)(first + 10 * i + 1));
+    snprintf(buf + off, cap - off, "%s", tail);
+    assert_true(off < cap - 64);
+}
+
+static void test_range_parse_set_at_most_32_parts(void **state)
+{
+    char v[16384];
+    struct range_set s;
+    (void)state;
+    many(v, sizeof(v), RANGE_SET_MAX, 0, "");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_OK);
+    assert_int_equal(s.n, RANGE_SET_MAX);
+    assert_int_equal(s.r[31].start, 310);
+    assert_int_equal(s.r[31].end, 311);
+    many(v, sizeof(v), RANGE_SET_MAX + 1, 0, "");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_MULTI);
+    assert_int_equal(s.n, 0);
+    /* 33 ranges asked, 32 after merging: answered. */
+    many(v, sizeof(v), RANGE_SET_MAX + 1, 0, ",0-15");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_OK);
+    assert_int_equal(s.n, RANGE_SET_MAX);
+    assert_int_equal(s.r[0].start, 0);
+    assert_int_equal(s.r[0].end, 15);
+    assert_int_equal(s.r[1].start, 20);
+    /* ... and 33 unsatisfiable among them do not count. */
+    many(v, sizeof(v), RANGE_SET_MAX + 1, 0, "");
+    assert_int_equal(range_parse_set(v, strlen(v), 312, &s), RANGE_OK);
+    assert_int_equal(s.n, RANGE_SET_MAX);
+}
+
+static void test_range_parse_set_bridged_back_under_32_within_the_work_bound(void **state)
+{
+    char v[16384];
+    struct range_set s;
+    (void)state;
+    /* RANGE_SET_WORK disjoint ranges, then one that joins them all: one part. */
+    many(v, sizeof(v), RANGE_SET_WORK, 0, ",0-");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_OK);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.r[0].start, 0);
+    assert_int_equal(s.r[0].end, 99999);
+    /* One more before the bridge: the bound is passed, the whole object (documented). */
+    many(v, sizeof(v), RANGE_SET_WORK + 1, 0, ",0-");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_MULTI);
+    /* ... but an invalid element after it still makes the header invalid. */
+    many(v, sizeof(v), RANGE_SET_WORK + 1, 0, ",x");
+    assert_int_equal(range_parse_set(v, strlen(v), 100000, &s), RANGE_NONE);
+}
+
+static void test_range_parse_set_many_touching_ranges_are_one_part(void **state)
+{
+    char v[32768];
+    struct range_set s;
+    size_t off = (size_t)snprintf(v, sizeof(v), "bytes=");
+    (void)state;
+    /* 2000 ranges of 5 bytes, each touching the one before: (the order asked: descending) */
+    for (unsigned i = 2000; i-- > 0;)
+        off += (size_t)snprintf(v + off, sizeof(v) - off, "%u-%u,", 5 * i, 5 * i + 4);
+    assert_true(off < sizeof(v) - 1);
+    assert_int_equal(range_parse_set(v, off, 10000, &s), RANGE_OK);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.r[0].start, 0);
+    assert_int_equal(s.r[0].end, 9999);
+}
+
+static void test_range_parse_set_huge_total(void **state)
+{
+    (void)state;
+    expect_set("bytes=0-0,-1", UINT64_MAX, "0-0,18446744073709551614-18446744073709551614");
+    expect_set("bytes=18446744073709551613-,0-0,18446744073709551612-18446744073709551612",
+               UINT64_MAX, "18446744073709551612-18446744073709551614,0-0");
+}
+
+/* A small deterministic generator (xorshift) for the cross-check. */
+static uint32_t rnd_next(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+/*
+ * Against the definition, byte by byte, on small objects: the parts are the maximal runs of bytes
+ * some satisfiable range covers, ordered by the first range-spec (in the list) that covers a
+ * byte of the run.
+ */
+static void test_range_parse_set_matches_the_definition(void **state)
+{
+    (void)state;
+    uint32_t x = 20261201;
+    for (int iter = 0; iter < 20000; iter++) {
+        enum { T_MAX = 48, SPECS_MAX = 8 };
+        uint64_t total = 1 + rnd_next(&x) % T_MAX;
+        unsigned nspec = 1 + rnd_next(&x) % SPECS_MAX;
+        int first_spec[T_MAX]; /* per byte: the first spec covering it, -1 none */
+        char v[512];
+        size_t off = (size_t)snprintf(v, sizeof(v), "bytes=");
+        for (uint64_t b = 0; b < total; b++)
+            first_spec[b] = -1;
+        for (unsigned k = 0; k < nspec; k++) {
+            uint64_t a = rnd_next(&x) % (T_MAX + 4), len = 1 + rnd_next(&x) % 16;
+            uint64_t s, e;
+            if (rnd_next(&x) % 5 == 0) { /* a suffix */
+                off += (size_t)snprintf(v + off, sizeof(v) - off, "%s-%llu", k ? "," : "",
+                                        (unsigned long long)len);
+                s = len >= total ? 0 : total - len;
+                e = total - 1;
+            } else {
+                off += (size_t)snprintf(v + off, sizeof(v) - off, "%s%llu-%llu", k ? "," : "",
+                                        (unsigned long long)a, (unsigned long long)(a + len - 1));
+                s = a;
+                e = a + len - 1 < total ? a + len - 1 : total - 1;
+            }
+            for (uint64_t b = s; b <= e && b < total; b++)
+                if (first_spec[b] < 0)
+                    first_spec[b] = (int)k;
+        }
+        /* The runs, each with its order key. */
+        struct {
+            uint64_t s, e;
+            int key;
+        } runs[T_MAX];
+        unsigned nr = 0;
+        for (uint64_t b = 0; b < total; b++) {
+            if (first_spec[b] < 0)
+                continue;
+            if (nr > 0 && runs[nr - 1].e + 1 == b) {
+                runs[nr - 1].e = b;
+                if (first_spec[b] < runs[nr - 1].key)
+                    runs[nr - 1].key = first_spec[b];
+            } else {
+                runs[nr].s = runs[nr].e = b;
+                runs[nr++].key = first_spec[b];
+            }
+        }
+        char want[1024] = "UNSAT", got[1024];
+        size_t wo = 0;
+        for (int key = 0; key < (int)nspec; key++) {
+            for (unsigned i = 0; i < nr; i++) {
+                if (runs[i].key != key)
+                    continue;
+                wo +=
+                    (size_t)snprintf(want + wo, sizeof(want) - wo, "%s%llu-%llu", wo ? "," : "",
+                                     (unsigned long long)runs[i].s, (unsigned long long)runs[i].e);
+            }
+        }
+        const char *g = set_str(v, total, got, sizeof(got));
+        if (strcmp(g, want) != 0)
+            fail_msg("%s (total %llu): got %s, want %s", v, (unsigned long long)total, g, want);
+    }
+}
+
+static uint64_t first_byte(const char *v)
+{
+    return range_first_byte(v, strlen(v));
+}
+
+static void test_range_first_byte_is_the_lowest_asked(void **state)
+{
+    (void)state;
+    assert_int_equal(first_byte("bytes=1000-1999"), 1000);
+    assert_int_equal(first_byte("bytes=1000-"), 1000);
+    assert_int_equal(first_byte("bytes=500-599,0-99"), 0);
+    assert_int_equal(first_byte("bytes=700-799,1000-1099"), 700);
+    assert_int_equal(first_byte("bytes=1000-1099,700-799"), 700);
+    assert_int_equal(first_byte("bytes=5000-5099,1000-1099,90-1010"), 90); /* merged */
+    assert_int_equal(first_byte(" bytes=,700-799 ,800-801"), 700);
+}
+
+static void test_range_first_byte_zero_when_it_needs_the_length(void **state)
+{
+    (void)state;
+    assert_int_equal(first_byte("bytes=-100"), 0);
+    assert_int_equal(first_byte("bytes=500-599,-100"), 0);
+    assert_int_equal(first_byte("bytes=500-599, -100"), 0);
+    assert_int_equal(first_byte("bytes=500-599,x"), 0); /* invalid */
+    assert_int_equal(first_byte("items=500-599"), 0);
+    assert_int_equal(range_first_byte(NULL, 0), 0);
 }
 
 /* ---- chunk arithmetic ---- */
@@ -552,6 +855,20 @@ int main(void)
         cmocka_unit_test(test_range_parse_huge_total),
         cmocka_unit_test(test_range_parse_multi),
         cmocka_unit_test(test_range_parse_not_nul_terminated),
+        cmocka_unit_test(test_range_parse_set_one_range_is_one_part),
+        cmocka_unit_test(test_range_parse_set_disjoint_ranges_keep_the_order_asked),
+        cmocka_unit_test(test_range_parse_set_overlapping_and_touching_ranges_merge),
+        cmocka_unit_test(test_range_parse_set_merged_part_stands_where_its_first_range_stood),
+        cmocka_unit_test(test_range_parse_set_unsatisfiable_ranges_dropped),
+        cmocka_unit_test(test_range_parse_set_invalid_or_absent_is_none),
+        cmocka_unit_test(test_range_parse_set_whitespace_and_empty_elements),
+        cmocka_unit_test(test_range_parse_set_at_most_32_parts),
+        cmocka_unit_test(test_range_parse_set_bridged_back_under_32_within_the_work_bound),
+        cmocka_unit_test(test_range_parse_set_many_touching_ranges_are_one_part),
+        cmocka_unit_test(test_range_parse_set_huge_total),
+        cmocka_unit_test(test_range_parse_set_matches_the_definition),
+        cmocka_unit_test(test_range_first_byte_is_the_lowest_asked),
+        cmocka_unit_test(test_range_first_byte_zero_when_it_needs_the_length),
         cmocka_unit_test(test_range_chunk_count_rounds_up),
         cmocka_unit_test(test_range_chunks_within_one_chunk),
         cmocka_unit_test(test_range_chunks_across_boundaries),
