@@ -146,6 +146,13 @@ void config_free(struct config **cfg);
 typedef void config_kept_fn(const char *section, const char *name, const char *why, void *arg);
 unsigned config_keep_fixed(struct config *next, const struct config *cur, config_kept_fn *kept,
                            void *arg);
+/*
+ * After config_keep_fixed(): whether <cfg> still meets the rules that tie a key changeable live
+ * to a kept one (memory_size at least 4 x chunk_size, disk_size at least chunk_size). Returns 0,
+ * or -1 with <err> set: the reload must then be refused, since the file was valid only with the
+ * chunk_size it asked for.
+ */
+int config_check_kept(const struct config *cfg, char *err, size_t errlen);
 
 /* One-line human summary (for -t). Writes at most <len> bytes including NUL. */
 void config_summary(const struct config *cfg, char *buf, size_t len);

@@ -15,14 +15,15 @@
 #include "config.h"
 
 /*
- * A log file by its configured path: "-" means a standard stream (the <std_fd> given to
- * log_file_open, borrowed: never closed), any other path a file opened for appending (created
- * 0644, close-on-exec). Reopening after logrotate's rename opens the path again and swaps the
+ * A log file by its configured path: "-" means a standard stream (a close-on-exec copy of the
+ * <std_fd> given to log_file_open, so the stream itself is never closed, and one closed at start
+ * is refused with -EBADF), any other path a file opened for appending (created 0644,
+ * close-on-exec). Reopening after logrotate's rename opens the path again and swaps the
  * descriptor only once the new one is open, so a failed reopen keeps writing to the old file.
  */
 struct log_file {
-    int fd;      /* -1 = closed; owned unless <is_std> */
-    bool is_std; /* <fd> is the borrowed standard stream ("-") */
+    int fd;      /* owns; -1 = closed */
+    bool is_std; /* "-": <fd> is a copy of the standard stream (never reopened) */
     char *path;  /* owns; NULL = closed */
 };
 #define LOG_FILE_CLOSED                                                                            \

@@ -1345,6 +1345,29 @@ static cfg_keep_fn *keep_fn_of(const struct cfg_key *key)
     WRONG("a key that cannot change live has a parser without a keep function");
 }
 
+int config_check_kept(const struct config *cfg, char *err, size_t errlen)
+{
+    char a[32], b[32];
+
+    /* The rules of validate() that tie a live key to a fixed one (the others only tie fixed keys
+     * to each other, which the running snapshot already satisfied). */
+    if (cfg->memory_size / 4 < cfg->chunk_size) {
+        fmt_size(cfg->memory_size, a, sizeof(a));
+        fmt_size(cfg->chunk_size, b, sizeof(b));
+        snprintf(err, errlen,
+                 "[cache] memory_size: %s is less than 4 x the running chunk_size (%s)", a, b);
+        return -1;
+    }
+    if (cfg->disk_size < cfg->chunk_size) {
+        fmt_size(cfg->disk_size, a, sizeof(a));
+        fmt_size(cfg->chunk_size, b, sizeof(b));
+        snprintf(err, errlen, "[cache] disk_size: %s is less than the running chunk_size (%s)", a,
+                 b);
+        return -1;
+    }
+    return 0;
+}
+
 unsigned config_keep_fixed(struct config *next, const struct config *cur, config_kept_fn *kept,
                            void *arg)
 {

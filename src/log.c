@@ -25,7 +25,11 @@ int log_file_open(struct log_file *lf, const char *path, int std_fd)
     if (path == NULL)
         return 0;
     if (strcmp(path, "-") == 0) {
-        lf->fd = std_fd;
+        /* A copy of the standard stream, so that a stream closed at start is refused here
+         * (EBADF) rather than writing into whatever descriptor takes its number later. */
+        lf->fd = fcntl(std_fd, F_DUPFD_CLOEXEC, 3);
+        if (lf->fd < 0)
+            return -errno;
         lf->is_std = true;
     } else {
         lf->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -51,8 +55,8 @@ int log_file_reopen(struct log_file *lf)
 
 void log_file_close(struct log_file *lf)
 {
-    if (lf->fd >= 0 && !lf->is_std)
-        close(lf->fd);
+    if (lf->fd >= 0)
+        close(lf->fd); /* (for "-": our copy of the stream) */
     lf->fd = -1;
     lf->is_std = false;
     free(lf->path);

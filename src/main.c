@@ -269,6 +269,11 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     (void)config_keep_fixed(n, g_cfg, log_kept, NULL);
+    if (config_check_kept(n, err, sizeof(err)) < 0) {
+        log_err("reload refused, keeping the running configuration: %s: %s", g_cfg->path, err);
+        config_free(&n);
+        return;
+    }
     struct domains *d = NULL;
     if (load_domains(n, &d, err, sizeof(err)) < 0) {
         log_err("reload refused, keeping the running configuration: %s", err);

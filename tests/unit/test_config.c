@@ -1061,6 +1061,27 @@ static void test_config_reload_keeps_a_fixed_key_with_its_running_value_and_repo
     config_free(&cur);
 }
 
+static void
+test_config_reload_keeping_chunk_size_refuses_a_memory_size_too_small_for_it(void **state)
+{
+    struct config *cur = load_ok("[cache]\nchunk_size = 16M\nmemory_size = 64M\n");
+    struct config *next = load_ok("[cache]\nchunk_size = 1M\nmemory_size = 8M\n");
+    struct config *ok = load_ok("[cache]\nchunk_size = 1M\nmemory_size = 64M\n");
+    char err[256];
+
+    (void)state;
+    assert_int_equal(config_keep_fixed(next, cur, NULL, NULL), 1);
+    assert_int_equal(next->chunk_size, 16 * M);
+    assert_int_equal(config_check_kept(next, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "[cache] memory_size: 8M is less than 4 x the running chunk_size"));
+    assert_int_equal(config_keep_fixed(ok, cur, NULL, NULL), 1);
+    assert_int_equal(config_check_kept(ok, err, sizeof(err)), 0);
+    assert_int_equal(config_check_kept(cur, err, sizeof(err)), 0);
+    config_free(&ok);
+    config_free(&next);
+    config_free(&cur);
+}
+
 static void test_config_reload_takes_a_live_key(void **state)
 {
     struct config *cur = load_ok("[server]\nmax_connections = 10\n[domains]\nallow_unlisted = no\n"
@@ -1176,6 +1197,8 @@ int main(void)
         cmocka_unit_test(test_config_free_null_safe),
         cmocka_unit_test(
             test_config_reload_keeps_a_fixed_key_with_its_running_value_and_reports_it),
+        cmocka_unit_test(
+            test_config_reload_keeping_chunk_size_refuses_a_memory_size_too_small_for_it),
         cmocka_unit_test(test_config_reload_takes_a_live_key),
         cmocka_unit_test(test_config_reload_keeps_every_fixed_key_in_file_order),
     };

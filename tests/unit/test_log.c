@@ -124,7 +124,7 @@ static void test_log_file_failed_reopen_keeps_the_old_file(void **state)
         assert_string_equal(slurp(f->rotated), "still\n");
 }
 
-static void test_log_file_dash_is_the_standard_stream_and_is_never_closed(void **state)
+static void test_log_file_dash_is_a_copy_of_the_standard_stream_which_stays_open(void **state)
 {
     struct log_file lf = LOG_FILE_CLOSED;
     int std = dup(STDERR_FILENO);
@@ -132,14 +132,29 @@ static void test_log_file_dash_is_the_standard_stream_and_is_never_closed(void *
     (void)state;
     assert_true(std >= 0);
     assert_int_equal(log_file_open(&lf, "-", std), 0);
-    assert_int_equal(lf.fd, std);
+    assert_true(lf.fd >= 0 && lf.fd != std);
     assert_true(lf.is_std);
-    assert_int_equal(log_file_reopen(&lf), 0);
-    assert_int_equal(lf.fd, std);
+    int fd = lf.fd;
+    assert_int_equal(log_file_reopen(&lf), 0); /* "-" is never reopened */
+    assert_int_equal(lf.fd, fd);
     log_file_close(&lf);
     assert_int_equal(lf.fd, -1);
-    assert_true(fcntl(std, F_GETFD) >= 0); /* still open */
+    assert_true(fcntl(fd, F_GETFD) < 0);   /* our copy is closed */
+    assert_true(fcntl(std, F_GETFD) >= 0); /* the stream itself is still open */
     close(std);
+}
+
+static void test_log_file_dash_on_a_closed_standard_stream_is_refused(void **state)
+{
+    struct log_file lf = LOG_FILE_CLOSED;
+    int std = dup(STDERR_FILENO);
+
+    (void)state;
+    assert_true(std >= 0);
+    close(std); /* a stream closed when the daemon started */
+    assert_int_equal(log_file_open(&lf, "-", std), -EBADF);
+    assert_int_equal(lf.fd, -1);
+    assert_null(lf.path);
 }
 
 static void test_log_file_open_failure_leaves_it_closed(void **state)
@@ -163,7 +178,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_file_failed_reopen_keeps_the_old_file, setup,
                                         teardown),
-        cmocka_unit_test(test_log_file_dash_is_the_standard_stream_and_is_never_closed),
+        cmocka_unit_test(test_log_file_dash_is_a_copy_of_the_standard_stream_which_stays_open),
+        cmocka_unit_test(test_log_file_dash_on_a_closed_standard_stream_is_refused),
         cmocka_unit_test(test_log_file_open_failure_leaves_it_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
