@@ -53,6 +53,8 @@ struct sockaddr_storage;
  * <out> (cut to <cap>).
  */
 void util_addr_text(const struct sockaddr_storage *ss, char *out, size_t cap);
+/* Whether <a> and <b> are the same family, address and port (the rest is ignored). */
+bool util_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 void util_addr_ip(const struct sockaddr_storage *ss, char *out, size_t cap);
 
 /* Set O_NONBLOCK and FD_CLOEXEC on <fd>. Returns 0 or -errno. */

@@ -586,28 +586,11 @@ size_t resolver_acceptable(const struct sockaddr_storage *addrs, size_t n, bool 
     return k;
 }
 
-/* Same family, address and port (the rest of the sockaddr is ignored). */
-static bool addr_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port &&
-               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
-    }
-    return false;
-}
-
 /* The index of <addr>'s mark (expired or not) in r->dead, or r->n_dead when it has none. */
 static size_t dead_index(const struct resolver *r, const struct sockaddr_storage *addr)
 {
     size_t i = 0;
-    while (i < r->n_dead && !addr_same(&r->dead[i].addr, addr))
+    while (i < r->n_dead && !util_addr_equal(&r->dead[i].addr, addr))
         i++;
     return i;
 }

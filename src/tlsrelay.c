@@ -669,28 +669,12 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- the module ------------------------------------------------------------------------- */
 
-static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port &&
-               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
-    }
-    return false;
-}
-
 /* True when <peer> is the local end of one of our own origin connections: we relayed to
  * ourselves (a name resolving to this host, or an override pointing at passthrough_listen). */
 static bool is_own_connection(const struct sockaddr_storage *peer)
 {
     for (const struct relay *r = relays; r != NULL; r = r->next)
-        if (r->has_local && r->ofd >= 0 && same_addr(&r->local, peer))
+        if (r->has_local && r->ofd >= 0 && util_addr_equal(&r->local, peer))
             return true;
     return false;
 }

@@ -105,12 +105,39 @@ static void test_util_ieq_ignores_case_and_needs_equal_length(void **state)
     assert_false(util_ieq("Hostx", 5, "host"));
 }
 
+static void test_util_addr_equal_compares_family_address_and_port_only(void **state)
+{
+    (void)state;
+    struct sockaddr_storage a, b, c6, d6;
+    memset(&a, 0, sizeof(a));
+    struct sockaddr_in *x = (struct sockaddr_in *)&a;
+    x->sin_family = AF_INET;
+    x->sin_port = htons(80);
+    inet_pton(AF_INET, "127.0.0.2", &x->sin_addr);
+    memset(&b, 0xa5, sizeof(b)); /* bytes past the address differ: ignored */
+    memcpy(&b, &a, sizeof(struct sockaddr_in));
+    assert_true(util_addr_equal(&a, &b));
+    ((struct sockaddr_in *)&b)->sin_port = htons(81);
+    assert_false(util_addr_equal(&a, &b));
+    memset(&c6, 0, sizeof(c6));
+    struct sockaddr_in6 *y = (struct sockaddr_in6 *)&c6;
+    y->sin6_family = AF_INET6;
+    y->sin6_port = htons(80);
+    inet_pton(AF_INET6, "::1", &y->sin6_addr);
+    d6 = c6;
+    assert_true(util_addr_equal(&c6, &d6));
+    assert_false(util_addr_equal(&a, &c6)); /* another family */
+    inet_pton(AF_INET6, "::2", &((struct sockaddr_in6 *)&d6)->sin6_addr);
+    assert_false(util_addr_equal(&c6, &d6));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_util_addr_text_ipv4_is_ip_colon_port),
         cmocka_unit_test(test_util_addr_text_ipv6_is_bracketed),
         cmocka_unit_test(test_util_addr_text_longest_ipv6_fits),
+        cmocka_unit_test(test_util_addr_equal_compares_family_address_and_port_only),
         cmocka_unit_test(test_util_addr_text_other_family_is_dash),
         cmocka_unit_test(test_util_addr_text_cuts_to_cap_and_terminates),
         cmocka_unit_test(test_util_ieq_ignores_case_and_needs_equal_length),
