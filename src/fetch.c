@@ -74,7 +74,7 @@ enum fetch_state {
 };
 
 static const char *const fetch_state_names[] = {
-#define FETCH_SN(s) #s + 8,
+#define FETCH_SN(s) &(#s)[8], /* without the FETCH_S_ prefix */
     FETCH_STATES(FETCH_SN)
 #undef FETCH_SN
 };
