@@ -43,6 +43,14 @@ uint64_t util_wall_ms(void);
 /* Case-insensitive compare of <a>[0..alen) with the NUL-terminated <b>. */
 bool util_ieq(const char *a, size_t alen, const char *b);
 
+/* HTTP's optional whitespace (RFC 9110 §5.6.3): space or tab. */
+static inline bool util_is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+/* Strips leading and trailing OWS from [*p, *p + *len). */
+void util_trim_ows(const char **p, size_t *len);
+
 struct sockaddr_storage;
 
 /* Room for util_addr_text's longest output, "[v6 address]:65535", with its NUL. */

@@ -92,11 +92,6 @@ struct pctx {
     struct h1_span status; /* reason phrase */
 };
 
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 static bool is_digit(char c)
 {
     return c >= '0' && c <= '9';
@@ -145,7 +140,7 @@ static bool list_next(const char *v, size_t len, size_t *pos, const char **el, s
     for (;;) {
         size_t s, e;
 
-        while (i < len && (is_ows(v[i]) || v[i] == ','))
+        while (i < len && (util_is_ows(v[i]) || v[i] == ','))
             i++;
         if (i == len) {
             *pos = i;
@@ -155,7 +150,7 @@ static bool list_next(const char *v, size_t len, size_t *pos, const char **el, s
         while (i < len && v[i] != ',')
             i++;
         e = i;
-        while (e > s && is_ows(v[e - 1]))
+        while (e > s && util_is_ows(v[e - 1]))
             e--;
         if (e > s) {
             *pos = i;
@@ -322,11 +317,11 @@ static enum perr check_field_line(const char *line, size_t n, size_t *colon, con
     while (i < n && (ctab[l[i]] & C_TCHAR))
         i++;
     if (i == 0)
-        return bad(why, is_ows(line[0]) ? "obs-fold or leading whitespace" : "bad field name");
+        return bad(why, util_is_ows(line[0]) ? "obs-fold or leading whitespace" : "bad field name");
     if (i == n)
         return bad(why, "field line without colon");
     if (l[i] != ':')
-        return bad(why, is_ows(line[i]) ? "whitespace before colon" : "bad field name");
+        return bad(why, util_is_ows(line[i]) ? "whitespace before colon" : "bad field name");
     for (size_t k = i + 1; k < n; k++)
         if (!(ctab[l[k]] & C_VALUE))
             return bad(why, "control byte in field value");
@@ -503,9 +498,9 @@ static int add_cl_field(struct pctx *ctx, struct h1_span line)
 
     if (ctx->n == H1_MAX_FIELDS)
         return -1;
-    while (s < e && is_ows(l[s]))
+    while (s < e && util_is_ows(l[s]))
         s++;
-    while (e > s && is_ows(l[e - 1]))
+    while (e > s && util_is_ows(l[e - 1]))
         e--;
     f = &ctx->fields[ctx->n++];
     f->name = mkspan(line.off, 14);
@@ -565,7 +560,7 @@ static int run_parser(http_parser *p, enum http_parser_type type, const char *bu
 
         if (f->value.len == 0)
             f->value.off = f->name.off + f->name.len + 1;
-        while (f->value.len > 0 && is_ows(buf[f->value.off + f->value.len - 1]))
+        while (f->value.len > 0 && util_is_ows(buf[f->value.off + f->value.len - 1]))
             f->value.len--;
     }
     return ctx->n == sc->n_fields ? 0 : HPE_UNKNOWN;
@@ -977,7 +972,7 @@ int h1_chunked_parse(struct h1_chunked *c, const char *in, size_t len, size_t *f
             } else if (ch == '\r') {
                 c->state = CH_SIZE_LF;
                 break;
-            } else if (ch == ';' || is_ows((char)ch)) {
+            } else if (ch == ';' || util_is_ows((char)ch)) {
                 c->state = CH_EXT;
             } else {
                 goto fail;

@@ -5,21 +5,7 @@
 #include <string.h>
 
 #include "httpdate.h"
-
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-static void trim_ows(const char **p, size_t *len)
-{
-    while (*len > 0 && is_ows(**p)) {
-        (*p)++;
-        (*len)--;
-    }
-    while (*len > 0 && is_ows((*p)[*len - 1]))
-        (*len)--;
-}
+#include "util.h"
 
 static bool is_weak(const char *t, size_t len)
 {
@@ -61,7 +47,7 @@ bool precond_etag_list_has(const char *v, size_t len, const char *etag, bool wea
 {
     if (v == NULL)
         return false;
-    trim_ows(&v, &len);
+    util_trim_ows(&v, &len);
     if (len == 1 && v[0] == '*')
         return true;
     size_t elen = etag != NULL ? strlen(etag) : 0;
@@ -69,7 +55,7 @@ bool precond_etag_list_has(const char *v, size_t len, const char *etag, bool wea
         return false;
     size_t i = 0;
     while (i < len) {
-        while (i < len && (is_ows(v[i]) || v[i] == ','))
+        while (i < len && (util_is_ows(v[i]) || v[i] == ','))
             i++;
         size_t s = i;
         bool quoted = false;
@@ -80,7 +66,7 @@ bool precond_etag_list_has(const char *v, size_t len, const char *etag, bool wea
         }
         const char *m = v + s;
         size_t mlen = i - s;
-        trim_ows(&m, &mlen);
+        util_trim_ows(&m, &mlen);
         if (mlen > 0 && tag_equal(m, mlen, etag, elen, weak))
             return true;
     }
@@ -98,7 +84,7 @@ static bool if_range_holds(const struct precond_field *f, const struct precond_s
 {
     const char *v = f->v;
     size_t len = f->len;
-    trim_ows(&v, &len);
+    util_trim_ows(&v, &len);
     if ((len > 0 && v[0] == '"') || (len > 2 && is_weak(v, len) && v[2] == '"')) {
         size_t elen = s->etag != NULL ? strlen(s->etag) : 0;
         return tag_equal(v, len, s->etag, elen, false);

@@ -14,25 +14,9 @@
 
 #include "util.h"
 
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 static bool is_digit(char c)
 {
     return c >= '0' && c <= '9';
-}
-
-/* Strips leading and trailing OWS from [*p, *p + *len). */
-static void trim_ows(const char **p, size_t *len)
-{
-    while (*len > 0 && is_ows(**p)) {
-        (*p)++;
-        (*len)--;
-    }
-    while (*len > 0 && is_ows((*p)[*len - 1]))
-        (*len)--;
 }
 
 /*
@@ -109,7 +93,7 @@ static bool range_specs(const char **v, size_t *len)
 {
     if (*v == NULL || *len == 0)
         return false;
-    trim_ows(v, len);
+    util_trim_ows(v, len);
     if (!has_bytes_unit(*v, *len) || *len < 6 || (*v)[5] != '=')
         return false;
     *v += 6;
@@ -130,7 +114,7 @@ static bool next_spec(const char **v, size_t *len, const char **e, size_t *elen)
         size_t step = comma ? n + 1 : n;
         *e = *v;
         *elen = n;
-        trim_ows(e, elen);
+        util_trim_ows(e, elen);
         *v += step;
         *len -= step;
         if (*elen > 0)
@@ -351,7 +335,7 @@ enum range_result range_parse_content_range(const char *v, size_t len, uint64_t 
 {
     if (v == NULL)
         return RANGE_NONE;
-    trim_ows(&v, &len);
+    util_trim_ows(&v, &len);
     if (!has_bytes_unit(v, len) || len < 6 || v[5] != ' ')
         return RANGE_NONE;
     size_t i = 6;
@@ -401,7 +385,7 @@ bool range_if_range_matches(const char *v, size_t len, const char *etag, const c
 {
     if (v == NULL)
         return false;
-    trim_ows(&v, &len);
+    util_trim_ows(&v, &len);
     if (len == 0)
         return false;
     if (v[0] == '"' || (len >= 2 && v[0] == 'W' && v[1] == '/')) {

@@ -135,3 +135,13 @@ bool util_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_sto
     }
     return false;
 }
+
+void util_trim_ows(const char **p, size_t *len)
+{
+    while (*len > 0 && util_is_ows(**p)) {
+        (*p)++;
+        (*len)--;
+    }
+    while (*len > 0 && util_is_ows((*p)[*len - 1]))
+        (*len)--;
+}
