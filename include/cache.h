@@ -46,14 +46,28 @@ struct config;
 struct cache;
 struct chunk; /* opaque: see the reader and filler APIs below */
 struct origin_req;
+struct objhead;
 
-/* What an object looks like (from the origin's first answer or a chunk file header). */
+/*
+ * What an object looks like (from the origin's first answer or a chunk file header). The
+ * version is (total, etag, last_modified); <head> is the rest of that answer, replayed on every
+ * answer (objhead.h). Every chunk of one version carries the same head: the one of the answer
+ * that first brought the version into this process (a later fill of the same version adopts it).
+ * A struct cache_meta that holds a head owns a ref on it: copy with cache_meta_copy(), drop with
+ * cache_meta_clear(); a plain struct assignment moves the ref.
+ */
 struct cache_meta {
     uint64_t total;
     char etag[CHUNKFILE_ETAG_MAX + 1];
     char last_modified[CHUNKFILE_LAST_MODIFIED_MAX + 1];
     char content_type[CHUNKFILE_CONTENT_TYPE_MAX + 1];
+    struct objhead *head; /* owns a ref; NULL only for metas still being built */
 };
+
+/* <dst> (holding no ref) becomes a copy of <src>, with a ref of its own on the head. */
+void cache_meta_copy(struct cache_meta *dst, const struct cache_meta *src);
+/* Drops the head's ref (NULL is fine). */
+void cache_meta_clear(struct cache_meta *m);
 
 enum chunk_state {
     CHUNK_S_FILLING, /* a fill is committing bytes (or a disk lookup runs) */

@@ -3,17 +3,23 @@
  * chunkfile: the on-disk format of one cached chunk, one immutable file per chunk. Used by
  * cache_disk (on its I/O threads: nothing here touches loop objects, globals or ev.h).
  *
- * Layout, all integers little-endian:
- *    0  magic "CPCHUNK1"          8      40  data_len u32 (<= chunk_size)
- *    8  version u32 (1)                  44  flags u32 (the caller's; stored, returned, not read)
- *   12  hdr_len u32 (whole header)       48  key_len u16, etag_len u16, last_modified_len u16,
- *   16  chunk_size u64                       content_type_len u16
- *   24  index u64                        56  key, etag, last_modified, content_type bytes
- *   32  total u64 (object length)        hdr_len-16  XXH3-64 of the body
+ * Layout (version 2, what is written), all integers little-endian:
+ *    0  magic "CPCHUNK1"          8      48  key_len u16, etag_len u16, last_modified_len u16,
+ *    8  version u32 (2)                      content_type_len u16
+ *   12  hdr_len u32 (whole header)       56  fields_len u32, date_len u16, 0 u16
+ *   16  chunk_size u64                   64  response_time i64 (seconds since the epoch)
+ *   24  index u64                        72  initial_age i64 (RFC 9111 corrected initial age)
+ *   32  total u64 (object length)        80  key, etag, last_modified, content_type, date and
+ *   40  data_len u32 (<= chunk_size)         fields bytes (the stored response fields, objhead.h)
+ *   44  flags u32 (the caller's; stored, returned, not read)
+ *                                        hdr_len-16  XXH3-64 of the body
  *                                        hdr_len-8   XXH3-64 of header bytes [0, hdr_len-8)
  * then exactly data_len body bytes. The header hash covers the body hash, so a flipped bit
  * anywhere shows up as a header or body hash mismatch. data_len must equal the length of chunk
  * <index> of a <total>-byte object (range_chunk_span), so a short last chunk is recognised.
+ * Version 1 (written before the stored fields, still read): the same up to offset 56, then the
+ * key, etag, last_modified and content_type bytes and the two hashes; it has no date, no
+ * fields and no times (they parse as empty and 0).
  *
  * Path: "<shard>/ab/cd/<32 hex>.<index>", the hex being XXH3-128 of the full cache key (canonical
  * big-endian bytes), ab and cd its first two bytes. All chunks of an object share the hash. The
@@ -29,21 +35,25 @@
 #include <sys/types.h>
 
 #define CHUNKFILE_MAGIC "CPCHUNK1"
-#define CHUNKFILE_VERSION 1u
-#define CHUNKFILE_FIXED_LEN 56u /* header bytes before the key */
+#define CHUNKFILE_VERSION 2u    /* the version written */
+#define CHUNKFILE_FIXED_LEN 80u /* header bytes before the key (version 2) */
+#define CHUNKFILE_FIXED_LEN_V1 56u
 
 /* Limits on the variable fields; a meta over them is not storable (build/write refuse it). */
 #define CHUNKFILE_KEY_MAX (8192u + 300u)
 #define CHUNKFILE_ETAG_MAX 256u
 #define CHUNKFILE_LAST_MODIFIED_MAX 64u
 #define CHUNKFILE_CONTENT_TYPE_MAX 128u
+#define CHUNKFILE_DATE_MAX 64u
+#define CHUNKFILE_FIELDS_MAX (16u * 1024u)
 #define CHUNKFILE_CHUNK_SIZE_MAX UINT32_MAX /* data_len is a u32 */
 
-/* Header length bounds: a key of at least one byte, and every field at its limit. */
-#define CHUNKFILE_HDR_MIN (CHUNKFILE_FIXED_LEN + 1u + 16u)
+/* Header length bounds: a version 1 header with a key of one byte, and a version 2 one with
+ * every field at its limit. */
+#define CHUNKFILE_HDR_MIN (CHUNKFILE_FIXED_LEN_V1 + 1u + 16u)
 #define CHUNKFILE_HDR_MAX                                                                          \
     (CHUNKFILE_FIXED_LEN + CHUNKFILE_KEY_MAX + CHUNKFILE_ETAG_MAX + CHUNKFILE_LAST_MODIFIED_MAX +  \
-     CHUNKFILE_CONTENT_TYPE_MAX + 16u)
+     CHUNKFILE_CONTENT_TYPE_MAX + CHUNKFILE_DATE_MAX + CHUNKFILE_FIELDS_MAX + 16u)
 
 /* Room for the path of chunkfile_path()/chunkfile_tmp_path() beyond strlen(shard_dir). */
 #define CHUNKFILE_PATH_EXTRA 96u
@@ -67,6 +77,13 @@ struct chunkfile_meta {
     size_t last_modified_len;
     const char *content_type; /* borrows: Content-Type as sent */
     size_t content_type_len;
+    /* Version 2 (empty and 0 in a version 1 file; header_build always writes version 2): */
+    const char *date; /* borrows: the stored Date */
+    size_t date_len;
+    const char *fields; /* borrows: the stored response fields ("Name: value\r\n" lines) */
+    size_t fields_len;
+    int64_t response_time, initial_age;
+    uint32_t version; /* set by chunkfile_header_parse: the file's version; not read by build */
 };
 
 /*
@@ -86,6 +103,11 @@ struct chunkfile_info {
     char etag[CHUNKFILE_ETAG_MAX + 1];
     char last_modified[CHUNKFILE_LAST_MODIFIED_MAX + 1];
     char content_type[CHUNKFILE_CONTENT_TYPE_MAX + 1];
+    uint32_t version; /* the file's format version (1 or 2) */
+    size_t date_len;  /* the stored Date, copied like the validators */
+    char date[CHUNKFILE_DATE_MAX + 1];
+    size_t fields_len; /* the stored fields' length (their bytes are not copied) */
+    int64_t response_time, initial_age;
 };
 
 /* XXH3-64 of a body, as stored in the header. <body> is borrowed (may be NULL when len is 0). */

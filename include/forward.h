@@ -19,6 +19,8 @@
 
 #include "http1.h"
 
+struct objhead;
+
 struct fwd_req_opts {
     const char *hostname;    /* ours, appended to X-LanCache-Processed-By */
     bool pass_conditionals;  /* forward If-* (uncached pass-through) */
@@ -66,6 +68,10 @@ struct fwd_cache_head {
     const char *etag;    /* "" when absent */
     const char *last_modified;
     const char *content_type;
+    const struct objhead *head; /* borrowed: the stored fields and Date (NULL: none) */
+    const char *date;           /* ours (IMF-fixdate), sent only when <head> is NULL */
+    bool age;                   /* send Age (objhead_age at <now>) */
+    int64_t now;
     const char *hostname;
     const char *cache_status; /* "HIT" | "MISS" | "BYPASS" (?nocache=) */
     bool keep_alive;
@@ -77,11 +83,12 @@ struct fwd_cache_head {
 };
 
 /*
- * The head of a cached response: Content-Length (200: total, 206: the range or the multipart
- * body, 412 and 416: their short body), Content-Range (206 of one range, 416), for a 206 of
- * several parts Content-Type: multipart/byteranges with the boundary instead of the stored type,
- * validators, Accept-Ranges, Connection, X-LanCache-*. A 412 or 416 response's body ("416 ...\n",
- * fwd_local_body_len) is appended unless <head_req>.
+ * The head of a cached response: the stored Date, Age when asked, Content-Length (200: total,
+ * 206: the range or the multipart body, 412 and 416: their short body), Content-Range (206 of one
+ * range, 416), for a 206 of several parts Content-Type: multipart/byteranges with the boundary
+ * instead of the stored type, validators, Accept-Ranges, the stored fields (objhead_write: on a
+ * 304, 412 or 416 without Content-* ones, nor the stored Content-Type), Connection, X-LanCache-*.
+ * A 412 or 416 response's body ("416 ...\n", fwd_local_body_len) is appended unless <head_req>.
  */
 size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *out, size_t cap);
 

@@ -39,7 +39,9 @@
 #include "cache_int.h"
 #include "diskidx.h"
 #include "iopool.h"
+#include "httpdate.h"
 #include "log.h"
+#include "objhead.h"
 #include "origin.h"
 #include "range.h"
 #include "stats.h"
@@ -61,6 +63,7 @@ struct objver {
     uint64_t total;
     uint64_t vhash; /* XXH3-64 of ETag "\0" Last-Modified */
     bool used;
+    struct objhead *head; /* owns a ref: the version's stored head (see struct cache_meta) */
 };
 
 struct verified {
@@ -155,18 +158,49 @@ static const struct objver *objver_get(struct cache *c, const uint8_t obj[16])
     return v->used && memcmp(v->obj, obj, 16) == 0 ? v : NULL;
 }
 
-static void objver_set(struct cache *c, const uint8_t obj[16], const struct cache_meta *m)
+static bool objver_matches(const struct objver *v, const struct cache_meta *m)
+{
+    return v->total == m->total && v->vhash == version_hash(m);
+}
+
+/*
+ * Remembers <m> as the current version of <obj>. Returns the head every chunk of that version is
+ * to carry (borrowed from the slot): the one remembered for it before, else <m>'s.
+ */
+static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
+                                  const struct cache_meta *m)
 {
     struct objver *v = objver_slot(c, obj);
+    bool same = v->used && memcmp(v->obj, obj, 16) == 0 && objver_matches(v, m);
+    if (!same || v->head == NULL) {
+        objhead_unref(&v->head);
+        v->head = m->head != NULL ? objhead_ref(m->head) : NULL;
+    }
     memcpy(v->obj, obj, 16);
     v->total = m->total;
     v->vhash = version_hash(m);
     v->used = true;
+    return v->head;
 }
 
-static bool objver_matches(const struct objver *v, const struct cache_meta *m)
+void cache_meta_copy(struct cache_meta *dst, const struct cache_meta *src)
 {
-    return v->total == m->total && v->vhash == version_hash(m);
+    *dst = *src;
+    if (dst->head != NULL)
+        objhead_ref(dst->head);
+}
+
+void cache_meta_clear(struct cache_meta *m)
+{
+    objhead_unref(&m->head);
+}
+
+/* <ck>'s meta becomes <m> with the version's head <head> (a ref of its own). */
+static void chunk_take_meta(struct chunk *ck, const struct cache_meta *m, struct objhead *head)
+{
+    cache_meta_clear(&ck->meta);
+    ck->meta = *m;
+    ck->meta.head = head != NULL ? objhead_ref(head) : NULL;
 }
 
 /* ---- waking waiters ------------------------------------------------------------------------ */
@@ -403,6 +437,7 @@ void cache_chunk_unref(struct chunk **ckp)
     chunk_release_mem(ck);
     if (ck->fd >= 0)
         close(ck->fd);
+    cache_meta_clear(&ck->meta);
     free(ck->origin);
     free(ck->key);
     ck->magic = 0;
@@ -708,6 +743,19 @@ static void load_file(struct load_job *lj, bool may_verify)
         }
         lj->verified_now = true;
     }
+    if (m.version >= 2) {
+        lj->meta.head =
+            objhead_new(m.fields, m.fields_len, m.date, m.date_len, m.response_time, m.initial_age);
+    } else {
+        /* A file from before the stored fields: the fields it kept, received when written. */
+        char date[HTTPDATE_LEN + 1];
+        httpdate_format((int64_t)lj->sb.st_mtime, date);
+        lj->meta.head = objhead_new("", 0, date, HTTPDATE_LEN, (int64_t)lj->sb.st_mtime, 0);
+    }
+    if (lj->meta.head == NULL) {
+        lj->why = "bad stored fields";
+        goto bad;
+    }
     lj->res = LOAD_OK;
     return;
 bad:
@@ -736,10 +784,9 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     }
     if (lj->verified_now)
         verified_mark(c, ck->obj, ck->index, &lj->sb);
-    if (v == NULL)
-        objver_set(c, ck->obj, &lj->meta);
     ck->state = CHUNK_S_SEALED;
-    ck->meta = lj->meta;
+    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta));
+    cache_meta_clear(&lj->meta);
     ck->meta_known = true;
     ck->cap = ck->len = lj->data_len;
     ck->fd = lj->fd;
@@ -796,6 +843,7 @@ static void on_load_done(struct iojob *j)
     }
     free(ck->origin);
     ck->origin = NULL;
+    cache_meta_clear(&lj->meta);
     free(lj->key_own);
     free(lj);
     cache_chunk_unref(&ck);
@@ -852,6 +900,15 @@ static void on_store_work(struct iojob *j)
     m.last_modified_len = strlen(ck->meta.last_modified);
     m.content_type = ck->meta.content_type;
     m.content_type_len = strlen(ck->meta.content_type);
+    const struct objhead *h = ck->meta.head;
+    if (h != NULL) {
+        m.date = h->date;
+        m.date_len = h->date_len;
+        m.fields = h->text;
+        m.fields_len = h->len;
+        m.response_time = h->response_time;
+        m.initial_age = h->initial_age;
+    }
     sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->data, ck->cap, false);
     if (sj->rc < 0)
         return;
@@ -1036,8 +1093,7 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
                  "version's chunks");
         drop_old_version(c, ck->obj, v->total, m, ck);
     }
-    objver_set(c, ck->obj, m);
-    ck->meta = *m;
+    chunk_take_meta(ck, m, objver_set(c, ck->obj, m));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
     if (ck->tail_off >= ck->cap)
@@ -1086,6 +1142,7 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         return NULL;
     struct chunk *dk = chunk_new(c, ck->key, ck->key_len, ck->obj, ck->index);
     if (!load_accept(c, &lj, dk)) {
+        cache_meta_clear(&lj.meta);
         cache_chunk_unref(&dk);
         return NULL;
     }
@@ -1560,6 +1617,8 @@ void cache_free(struct cache **cp)
         free(c->dirs[i]);
     free(c->dirs);
     free(c->buckets);
+    for (size_t i = 0; i < CACHE_OBJ_SLOTS; i++)
+        objhead_unref(&c->objs[i].head);
     free(c->objs);
     free(c->verified);
     free(c->shards);

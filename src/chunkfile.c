@@ -72,7 +72,8 @@ bool chunkfile_meta_is_valid(const struct chunkfile_meta *m)
 {
     if (m->key_len == 0 || m->key_len > CHUNKFILE_KEY_MAX || m->etag_len > CHUNKFILE_ETAG_MAX ||
         m->last_modified_len > CHUNKFILE_LAST_MODIFIED_MAX ||
-        m->content_type_len > CHUNKFILE_CONTENT_TYPE_MAX)
+        m->content_type_len > CHUNKFILE_CONTENT_TYPE_MAX || m->date_len > CHUNKFILE_DATE_MAX ||
+        m->fields_len > CHUNKFILE_FIELDS_MAX || m->initial_age < 0)
         return false;
     if (m->chunk_size == 0 || m->chunk_size > CHUNKFILE_CHUNK_SIZE_MAX || m->total == 0)
         return false;
@@ -83,10 +84,12 @@ bool chunkfile_meta_is_valid(const struct chunkfile_meta *m)
     return m->data_len == len;
 }
 
-static size_t header_len(const struct chunkfile_meta *m)
+static size_t header_len(const struct chunkfile_meta *m, uint32_t version)
 {
-    return CHUNKFILE_FIXED_LEN + m->key_len + m->etag_len + m->last_modified_len +
-           m->content_type_len + 16;
+    size_t n = m->key_len + m->etag_len + m->last_modified_len + m->content_type_len + 16;
+    if (version == 1)
+        return CHUNKFILE_FIXED_LEN_V1 + n;
+    return CHUNKFILE_FIXED_LEN + n + m->date_len + m->fields_len;
 }
 
 static uint8_t *put_str(uint8_t *p, const char *s, size_t len)
@@ -101,7 +104,7 @@ size_t chunkfile_header_build(const struct chunkfile_meta *m, uint64_t body_hash
 {
     if (!chunkfile_meta_is_valid(m))
         return 0;
-    size_t hl = header_len(m);
+    size_t hl = header_len(m, CHUNKFILE_VERSION);
     if (hl > cap)
         return 0;
     memcpy(out, CHUNKFILE_MAGIC, MAGIC_LEN);
@@ -116,11 +119,18 @@ size_t chunkfile_header_build(const struct chunkfile_meta *m, uint64_t body_hash
     put16(out + 50, (uint16_t)m->etag_len);
     put16(out + 52, (uint16_t)m->last_modified_len);
     put16(out + 54, (uint16_t)m->content_type_len);
+    put32(out + 56, (uint32_t)m->fields_len);
+    put16(out + 60, (uint16_t)m->date_len);
+    put16(out + 62, 0);
+    put64(out + 64, (uint64_t)m->response_time);
+    put64(out + 72, (uint64_t)m->initial_age);
     uint8_t *p = out + CHUNKFILE_FIXED_LEN;
     p = put_str(p, m->key, m->key_len);
     p = put_str(p, m->etag, m->etag_len);
     p = put_str(p, m->last_modified, m->last_modified_len);
     p = put_str(p, m->content_type, m->content_type_len);
+    p = put_str(p, m->date, m->date_len);
+    p = put_str(p, m->fields, m->fields_len);
     put64(p, body_hash);
     put64(p + 8, XXH3_64bits(out, hl - 8));
     ASSERT((size_t)(p + 16 - out) == hl);
@@ -137,7 +147,8 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
         *hdr_len = CHUNKFILE_HDR_MIN;
         return -EAGAIN;
     }
-    if (get32(buf + 8) != CHUNKFILE_VERSION)
+    uint32_t version = get32(buf + 8);
+    if (version != 1 && version != CHUNKFILE_VERSION)
         return -EBADMSG;
     uint32_t hl = get32(buf + 12);
     if (hl < CHUNKFILE_HDR_MIN || hl > CHUNKFILE_HDR_MAX)
@@ -158,11 +169,21 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
         .etag_len = get16(buf + 50),
         .last_modified_len = get16(buf + 52),
         .content_type_len = get16(buf + 54),
+        .version = version,
     };
+    if (version >= 2) {
+        if (hl < CHUNKFILE_FIXED_LEN + 16u)
+            return -EBADMSG;
+        pm.fields_len = get32(buf + 56);
+        pm.date_len = get16(buf + 60);
+        pm.response_time = (int64_t)get64(buf + 64);
+        pm.initial_age = (int64_t)get64(buf + 72);
+    }
     /* The hash matched, so these hold unless a writer was buggy: still never trust the disk. */
-    if (header_len(&pm) != hl || !chunkfile_meta_is_valid(&pm))
+    if (header_len(&pm, version) != hl || !chunkfile_meta_is_valid(&pm))
         return -EBADMSG;
-    const char *s = (const char *)buf + CHUNKFILE_FIXED_LEN;
+    const char *s =
+        (const char *)buf + (version == 1 ? CHUNKFILE_FIXED_LEN_V1 : CHUNKFILE_FIXED_LEN);
     pm.key = s;
     s += pm.key_len;
     pm.etag = s;
@@ -170,6 +191,10 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
     pm.last_modified = s;
     s += pm.last_modified_len;
     pm.content_type = s;
+    s += pm.content_type_len;
+    pm.date = s;
+    s += pm.date_len;
+    pm.fields = s;
     *m = pm;
     *body_hash = get64(buf + hl - 16);
     return 0;
@@ -283,6 +308,12 @@ static void fill_info(struct chunkfile_info *info, const struct chunkfile_meta *
     copy_str(info->etag, m->etag, m->etag_len);
     copy_str(info->last_modified, m->last_modified, m->last_modified_len);
     copy_str(info->content_type, m->content_type, m->content_type_len);
+    info->version = m->version;
+    info->date_len = m->date_len;
+    copy_str(info->date, m->date, m->date_len);
+    info->fields_len = m->fields_len;
+    info->response_time = m->response_time;
+    info->initial_age = m->initial_age;
 }
 
 /* Everything after open(): reads and checks the file on <fd>. */

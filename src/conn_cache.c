@@ -35,6 +35,7 @@
 #include "fetch.h"
 #include "log.h"
 #include "multipart.h"
+#include "objhead.h"
 #include "origin.h"
 #include "precond.h"
 #include "range.h"
@@ -247,6 +248,7 @@ void conn_cache_reset(struct conn *c)
     c->blocked_write = false;
     free(c->mp);
     c->mp = NULL;
+    cache_meta_clear(&c->sent);
 }
 
 /* A request field's value for precond (absent: v NULL). */
@@ -433,8 +435,13 @@ static bool head_step(struct conn *c)
     h.etag = m->etag;
     h.last_modified = m->last_modified;
     h.content_type = m->content_type;
+    h.head = m->head;
+    h.now = (int64_t)ev_now(c->ctx->loop);
     h.hostname = g_cfg->hostname;
     h.cache_status = c->force ? "BYPASS" : c->first_miss ? "MISS" : "HIT";
+    /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
+     * first delivery has one only when an upstream cache said so. */
+    h.age = !c->force && (!c->first_miss || (m->head != NULL && m->head->initial_age > 0));
     h.client_minor = c->req.version_minor;
 
     const struct h1_field *rf = field(c, "Range");
@@ -457,7 +464,8 @@ static bool head_step(struct conn *c)
     ASSERT(n > 0); /* bounded: validators are bounded, <out> at most half full */
     c->out.last += n;
     c->status = h.status;
-    c->sent = *m;
+    cache_meta_clear(&c->sent);
+    cache_meta_copy(&c->sent, m);
     if (c->head_req || no_bytes) {
         c->body_bytes = h.status != 304 ? fwd_local_body_len(h.status, c->head_req) : 0;
         conn_response_done(c);

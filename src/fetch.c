@@ -47,6 +47,7 @@
 #include "cache.h"
 #include "config.h"
 #include "log.h"
+#include "objhead.h"
 #include "origin.h"
 #include "range.h"
 #include "resolver.h"
@@ -106,8 +107,9 @@ struct fetch {
     char *location;         /* owns: a redirect to follow (DRAIN_REDIRECT: once drained) */
     char *ua;               /* owns: the first reader's User-Agent (redirect checks) */
     char *processed_by;     /* owns: the X-LanCache-Processed-By chain received */
-    struct cache_meta meta; /* as first answered (resumptions must match) */
+    struct cache_meta meta; /* as first answered (resumptions must match); owns its head's ref */
     bool meta_known;
+    int64_t sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -307,6 +309,7 @@ static void fetch_free(struct fetch *f)
     free(f->ua);
     free(f->processed_by);
     free(f->key);
+    cache_meta_clear(&f->meta);
     f->magic = 0;
     free(f);
 }
@@ -352,15 +355,20 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
     fetch_free(f);
 }
 
-static void header_value(const char *buf, const struct h1_resp *resp, const char *name, char *out,
+/* Copies field <name>'s value to <out> ("" when absent). Returns false when it does not fit
+ * (<out> is then ""). */
+static bool header_value(const char *buf, const struct h1_resp *resp, const char *name, char *out,
                          size_t cap)
 {
     const struct h1_field *fl = h1_find(buf, resp->fields, resp->n_fields, name);
     out[0] = '\0';
-    if (fl != NULL && fl->value.len < cap) {
-        memcpy(out, buf + fl->value.off, fl->value.len);
-        out[fl->value.len] = '\0';
-    }
+    if (fl == NULL)
+        return true;
+    if (fl->value.len >= cap)
+        return false;
+    memcpy(out, buf + fl->value.off, fl->value.len);
+    out[fl->value.len] = '\0';
+    return true;
 }
 
 static void fetch_connect(struct fetch *f);
@@ -477,7 +485,8 @@ static void on_mem(struct chunk_waiter *w)
  * Returns 0, -EFBIG (an object too large to cache) or another -errno. */
 static int apply_meta(struct fetch *f, const struct cache_meta *m)
 {
-    f->meta = *m;
+    cache_meta_clear(&f->meta);
+    cache_meta_copy(&f->meta, m);
     f->meta_known = true;
     size_t keep = f->n;
     for (size_t i = 0; i < f->n; i++) {
@@ -537,9 +546,9 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     CHECK_OBJ(f, FETCH_MAGIC);
     struct cache_meta m;
     memset(&m, 0, sizeof(m));
-    header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
-    header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
-    header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
+    bool meta_fits = header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
+    meta_fits &= header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
+    meta_fits &= header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
     uint64_t pos = f->pos;
     f->skip = 0;
     f->whole_object = false;
@@ -618,8 +627,17 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         fetch_set_state(f, FETCH_S_BODY);
         return;
     }
+    /* What is replayed on every answer of this version (objhead.h). */
+    if (!meta_fits ||
+        objhead_from_response(buf, resp, f->sent_at, (int64_t)ev_now(fctx->loop), &m.head) < 0) {
+        log_info("fetch#%u %s: response fields too long to store (ETag, Last-Modified or "
+                 "Content-Type, or %u bytes of others): not cached",
+                 f->id, f->host, OBJHEAD_FIELDS_MAX);
+        goto pass;
+    }
     fetch_set_state(f, FETCH_S_BODY);
     int rc = apply_meta(f, &m);
+    cache_meta_clear(&m);
     if (rc == 0 && f->whole_object)
         extend_run(f);
     if (rc == -EFBIG) {
@@ -813,6 +831,7 @@ static void fetch_connect(struct fetch *f)
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
     fetch_set_state(f, FETCH_S_WAIT_HEAD);
+    f->sent_at = (int64_t)ev_now(fctx->loop);
     f->up = upstream_start(fctx->loop, fctx->upool, &ur, &fetch_sink, f);
     log_debug("fetch#%u up#%u: bytes %llu-%llu", f->id, upstream_id(f->up),
               (unsigned long long)f->pos, (unsigned long long)f->last);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "objhead.h"
 #include "util.h"
 
 /* A bounded appender: once it overflows, every later append fails and the length is 0. */
@@ -181,10 +182,17 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
     struct out w = {out, 0, cap, false};
     putf(&w, "HTTP/1.1 %d %s\r\n", h->status, h1_reason(h->status));
     bool short_body = h->status == 412 || h->status == 416; /* our text, not the object */
+    bool no_content = short_body || h->status == 304;       /* no representation follows */
     bool multipart = h->status == 206 && h->boundary != NULL;
+    if (h->head != NULL)
+        putf(&w, "Date: %s\r\n", h->head->date);
+    else if (h->date != NULL)
+        putf(&w, "Date: %s\r\n", h->date);
+    if (h->age && h->head != NULL)
+        putf(&w, "Age: %lld\r\n", (long long)objhead_age(h->head, h->now));
     if (multipart)
         putf(&w, "Content-Type: multipart/byteranges; boundary=%s\r\n", h->boundary);
-    else if (h->content_type[0] != '\0' && !short_body)
+    else if (h->content_type[0] != '\0' && !no_content)
         putf(&w, "Content-Type: %s\r\n", h->content_type);
     if (h->etag[0] != '\0')
         putf(&w, "ETag: %s\r\n", h->etag);
@@ -213,6 +221,14 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
     default:
         putf(&w, "Content-Length: %llu\r\n", (unsigned long long)h->total);
         break;
+    }
+    if (h->head != NULL && !w.over) {
+        size_t n = objhead_write(h->head, no_content ? OBJHEAD_NO_CONTENT : OBJHEAD_ALL,
+                                 w.p + w.len, w.cap - w.len);
+        if (n == SIZE_MAX)
+            w.over = true;
+        else
+            w.len += n;
     }
     if (!h->keep_alive)
         puts_(&w, "Connection: close\r\n");

@@ -92,6 +92,8 @@ struct fx {
 };
 
 static const char KEY[] = "steam\n/depot/42/chunk/0a1b";
+#define DATE "Sun, 06 Nov 1994 08:49:37 GMT"
+#define FIELDS "Content-Encoding: gzip\r\nX-Custom: 1\r\n"
 static const char KEY2[] = "steam\n/depot/42/chunk/ffff";
 static const char ETAG[] = "\"v1-abc\"";
 static const char LM[] = "Tue, 01 Jan 2030 00:00:00 GMT";
@@ -149,8 +151,53 @@ static struct chunkfile_meta meta_for(const char *key, uint64_t index, uint64_t 
         .last_modified_len = strlen(LM),
         .content_type = CT,
         .content_type_len = strlen(CT),
+        .date = DATE,
+        .date_len = strlen(DATE),
+        .fields = FIELDS,
+        .fields_len = strlen(FIELDS),
+        .response_time = 0x0102030405060708ll,
+        .initial_age = 0x21,
     };
     return m;
+}
+
+/* A version 1 header (as written before the stored fields) for <m>, by hand. Returns its length. */
+static size_t v1_header(const struct chunkfile_meta *m, uint64_t body_hash, uint8_t *out)
+{
+    size_t hl = 56 + m->key_len + m->etag_len + m->last_modified_len + m->content_type_len + 16;
+    memset(out, 0, hl);
+    memcpy(out, "CPCHUNK1", 8);
+    out[8] = 1;
+    for (int i = 0; i < 4; i++) {
+        out[12 + i] = (uint8_t)(hl >> (8 * i));
+        out[40 + i] = (uint8_t)(m->data_len >> (8 * i));
+        out[44 + i] = (uint8_t)(m->flags >> (8 * i));
+    }
+    for (int i = 0; i < 8; i++) {
+        out[16 + i] = (uint8_t)(m->chunk_size >> (8 * i));
+        out[24 + i] = (uint8_t)(m->index >> (8 * i));
+        out[32 + i] = (uint8_t)(m->total >> (8 * i));
+    }
+    out[48] = (uint8_t)m->key_len;
+    out[50] = (uint8_t)m->etag_len;
+    out[52] = (uint8_t)m->last_modified_len;
+    out[54] = (uint8_t)m->content_type_len;
+    size_t o = 56;
+    memcpy(out + o, m->key, m->key_len);
+    o += m->key_len;
+    memcpy(out + o, m->etag, m->etag_len);
+    o += m->etag_len;
+    memcpy(out + o, m->last_modified, m->last_modified_len);
+    o += m->last_modified_len;
+    memcpy(out + o, m->content_type, m->content_type_len);
+    o += m->content_type_len;
+    for (int i = 0; i < 8; i++)
+        out[o + (size_t)i] = (uint8_t)(body_hash >> (8 * i));
+    o += 8;
+    uint64_t hh = XXH3_64bits(out, o);
+    for (int i = 0; i < 8; i++)
+        out[o + (size_t)i] = (uint8_t)(hh >> (8 * i));
+    return o + 8;
 }
 
 static void fill_body(uint8_t *b, size_t len, uint64_t index)
@@ -297,12 +344,13 @@ static void test_chunkfile_header_build_layout_is_pinned(void **state)
     struct chunkfile_meta m = meta_for("k\n/p", 2, 64, 150);
     size_t hl = chunkfile_header_build(&m, 0x1122334455667788ull, got, sizeof(got));
     size_t klen = 4, elen = strlen(ETAG), llen = strlen(LM), clen = strlen(CT);
-    assert_int_equal(hl, 56 + klen + elen + llen + clen + 16);
+    size_t dlen = strlen(DATE), flen = strlen(FIELDS);
+    assert_int_equal(hl, 80 + klen + elen + llen + clen + dlen + flen + 16);
 
     /* The layout of chunkfile.h, written out by hand. */
     memset(want, 0, sizeof(want));
     memcpy(want, "CPCHUNK1", 8);
-    want[8] = 1;              /* version */
+    want[8] = 2;              /* version */
     want[12] = (uint8_t)hl;   /* hdr_len */
     want[16] = 64;            /* chunk_size */
     want[24] = 2;             /* index */
@@ -313,7 +361,12 @@ static void test_chunkfile_header_build_layout_is_pinned(void **state)
     want[50] = (uint8_t)elen; /* etag_len */
     want[52] = (uint8_t)llen; /* last_modified_len */
     want[54] = (uint8_t)clen; /* content_type_len */
-    size_t o = 56;
+    want[56] = (uint8_t)flen; /* fields_len */
+    want[60] = (uint8_t)dlen; /* date_len */
+    for (int i = 0; i < 8; i++)
+        want[64 + i] = (uint8_t)(0x0102030405060708ull >> (8 * i)); /* response_time */
+    want[72] = 0x21;                                                /* initial_age */
+    size_t o = 80;
     memcpy(want + o, "k\n/p", klen);
     o += klen;
     memcpy(want + o, ETAG, elen);
@@ -322,6 +375,10 @@ static void test_chunkfile_header_build_layout_is_pinned(void **state)
     o += llen;
     memcpy(want + o, CT, clen);
     o += clen;
+    memcpy(want + o, DATE, dlen);
+    o += dlen;
+    memcpy(want + o, FIELDS, flen);
+    o += flen;
     for (int i = 0; i < 8; i++)
         want[o + (size_t)i] = (uint8_t)(0x1122334455667788ull >> (8 * i));
     o += 8;
@@ -368,8 +425,8 @@ static void test_chunkfile_header_parse_empty_validators(void **state)
     uint8_t buf[CHUNKFILE_HDR_MAX];
     (void)state;
     struct chunkfile_meta m = meta_for(KEY, 0, CS, TOTAL), p;
-    m.etag = m.last_modified = m.content_type = NULL;
-    m.etag_len = m.last_modified_len = m.content_type_len = 0;
+    m.etag = m.last_modified = m.content_type = m.date = m.fields = NULL;
+    m.etag_len = m.last_modified_len = m.content_type_len = m.date_len = m.fields_len = 0;
     size_t hl = chunkfile_header_build(&m, 1, buf, sizeof(buf));
     assert_int_equal(hl, CHUNKFILE_FIXED_LEN + strlen(KEY) + 16);
     uint64_t bh;
@@ -430,7 +487,11 @@ static void test_chunkfile_header_parse_inconsistent_fields_fail(void **state)
         size_t off;
         uint8_t val;
     } edits[] = {
-        {8, 2},     /* version 2 */
+        {8, 3},     /* version 3 */
+        {8, 1},     /* version 1: its layout is shorter, the sum no longer matches hdr_len */
+        {56, 0xff}, /* fields_len: the sum no longer matches hdr_len */
+        {60, 0xff}, /* date_len 255: over its bound */
+        {79, 0x80}, /* initial_age negative */
         {16, 0},    /* chunk_size 0 */
         {16, 32},   /* chunk_size 32: index 2's length would be 32 */
         {24, 3},    /* index 3 of a 3-chunk object */
@@ -454,6 +515,66 @@ static void test_chunkfile_header_parse_inconsistent_fields_fail(void **state)
     memcpy(buf, good, hl);
     buf[14] = 1; /* 64 KiB */
     assert_int_equal(chunkfile_header_parse(buf, hl, &p, &bh, &plen), -EBADMSG);
+}
+
+static void test_chunkfile_header_parse_reads_version_1(void **state)
+{
+    uint8_t buf[CHUNKFILE_HDR_MAX];
+    struct chunkfile_meta p;
+    uint64_t bh;
+    size_t plen;
+    (void)state;
+    struct chunkfile_meta m = meta_for(KEY, 2, CS, TOTAL);
+    size_t hl = v1_header(&m, 0x77, buf);
+    assert_int_equal(chunkfile_header_parse(buf, hl, &p, &bh, &plen), 0);
+    assert_int_equal(plen, hl);
+    assert_int_equal(bh, 0x77);
+    assert_int_equal(p.version, 1);
+    assert_int_equal(p.index, 2);
+    assert_int_equal(p.total, TOTAL);
+    assert_int_equal(p.data_len, m.data_len);
+    assert_memory_equal(p.key, KEY, p.key_len);
+    assert_memory_equal(p.etag, ETAG, p.etag_len);
+    assert_memory_equal(p.last_modified, LM, p.last_modified_len);
+    assert_memory_equal(p.content_type, CT, p.content_type_len);
+    assert_int_equal(p.date_len, 0);
+    assert_int_equal(p.fields_len, 0);
+    assert_int_equal(p.response_time, 0);
+    assert_int_equal(p.initial_age, 0);
+    for (size_t len = 0; len < hl; len++)
+        assert_int_equal(chunkfile_header_parse(buf, len, &p, &bh, &plen), -EAGAIN);
+}
+
+static void test_chunkfile_read_verify_version_1_file(void **state)
+{
+    struct fx *fx = *state;
+    uint8_t hdr[CHUNKFILE_HDR_MAX];
+    struct chunkfile_meta m = meta_for(KEY, 1, CS, TOTAL);
+    paths_for(fx, KEY, 1);
+    fill_body(fx->body, m.data_len, 1);
+    size_t hl = v1_header(&m, chunkfile_body_hash(fx->body, m.data_len), hdr);
+    FILE *f = fopen(fx->path, "wb");
+    if (f == NULL) {
+        assert_int_equal(chunkfile_mkdirs(AT_FDCWD, fx->path), 0);
+        f = fopen(fx->path, "wb");
+    }
+    assert_non_null(f);
+    assert_int_equal(fwrite(hdr, 1, hl, f), hl);
+    assert_int_equal(fwrite(fx->body, 1, m.data_len, f), m.data_len);
+    assert_int_equal(fclose(f), 0);
+    struct chunkfile_info info;
+    size_t blen;
+    off_t boff;
+    assert_int_equal(chunkfile_read_verify(AT_FDCWD, fx->path, KEY, strlen(KEY), CS, 1, &info,
+                                           fx->out, CS, &blen, &boff),
+                     0);
+    assert_int_equal(info.version, 1);
+    assert_int_equal(blen, m.data_len);
+    assert_int_equal(boff, (off_t)hl);
+    assert_memory_equal(fx->out, fx->body, blen);
+    assert_string_equal(info.etag, ETAG);
+    assert_int_equal(info.date_len, 0);
+    assert_int_equal(info.fields_len, 0);
 }
 
 static void test_chunkfile_header_parse_flipped_bit_fails(void **state)
@@ -549,7 +670,12 @@ static void test_chunkfile_write_read_round_trip(void **state)
         assert_int_equal(blen, dlen);
         assert_memory_equal(fx->out, fx->body, dlen);
         assert_int_equal(boff, CHUNKFILE_FIXED_LEN + strlen(KEY) + strlen(ETAG) + strlen(LM) +
-                                   strlen(CT) + 16);
+                                   strlen(CT) + strlen(DATE) + strlen(FIELDS) + 16);
+        assert_int_equal(info.version, CHUNKFILE_VERSION);
+        assert_string_equal(info.date, DATE);
+        assert_int_equal(info.fields_len, strlen(FIELDS));
+        assert_int_equal(info.response_time, 0x0102030405060708ll);
+        assert_int_equal(info.initial_age, 0x21);
         assert_int_equal(file_size(fx->path), boff + (off_t)dlen);
         assert_int_equal(info.chunk_size, CS);
         assert_int_equal(info.index, idx);
@@ -591,15 +717,18 @@ static void test_chunkfile_write_durable_syncs_once(void **state)
 static void test_chunkfile_write_big_header_and_body(void **state)
 {
     struct fx *fx = *state;
-    /* A key, ETag, Last-Modified and Content-Type at their limits, a 1 MiB body. */
+    /* A key, ETag, Last-Modified, Content-Type, Date and fields at their limits, a 1 MiB body. */
     static char key[CHUNKFILE_KEY_MAX], etag[CHUNKFILE_ETAG_MAX];
     static char lm[CHUNKFILE_LAST_MODIFIED_MAX], ct[CHUNKFILE_CONTENT_TYPE_MAX];
+    static char date[CHUNKFILE_DATE_MAX], fields[CHUNKFILE_FIELDS_MAX];
     const uint64_t cs = 1u << 20;
     memset(key, 'k', sizeof(key));
     memset(etag, 'e', sizeof(etag));
     etag[0] = etag[sizeof(etag) - 1] = '"';
     memset(lm, 'l', sizeof(lm));
     memset(ct, 'c', sizeof(ct));
+    memset(date, 'd', sizeof(date));
+    memset(fields, 'f', sizeof(fields));
     struct chunkfile_meta m = {
         .chunk_size = cs,
         .index = 0,
@@ -613,6 +742,10 @@ static void test_chunkfile_write_big_header_and_body(void **state)
         .last_modified_len = sizeof(lm),
         .content_type = ct,
         .content_type_len = sizeof(ct),
+        .date = date,
+        .date_len = sizeof(date),
+        .fields = fields,
+        .fields_len = sizeof(fields),
     };
     uint8_t *body = malloc(cs), *out = malloc(cs);
     assert_non_null(body);
@@ -1050,6 +1183,8 @@ int main(void)
         cmocka_unit_test(test_chunkfile_header_parse_bad_magic_fails_early),
         cmocka_unit_test(test_chunkfile_header_parse_inconsistent_fields_fail),
         cmocka_unit_test(test_chunkfile_header_parse_flipped_bit_fails),
+        cmocka_unit_test(test_chunkfile_header_parse_reads_version_1),
+        cmocka_unit_test_setup_teardown(test_chunkfile_read_verify_version_1_file, setup, teardown),
         cmocka_unit_test(test_chunkfile_header_build_refuses_invalid_meta),
         cmocka_unit_test_setup_teardown(test_chunkfile_write_read_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunkfile_write_durable_syncs_once, setup, teardown),
