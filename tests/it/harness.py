@@ -1947,7 +1947,8 @@ def main():
 # without checking its hashes (the daemon does that). Read-only.
 # --------------------------------------------------------------------------------------------
 CHUNK_FILE_MAGIC = b"CPCHUNK1"
-_CHUNK_FIXED = struct.Struct("<8sIIQQQIIHHHH")   # the 56 bytes before the key
+_CHUNK_FIXED = struct.Struct("<8sIIQQQIIHHHH")   # the 56 bytes before the key (version 1)
+_CHUNK_FIXED_V2 = struct.Struct("<IHHqq")         # version 2: 24 more bytes before the key
 
 
 def cache_key(target, host=DEFAULT_HOST):
@@ -1978,11 +1979,12 @@ def chunk_files(cache_dir):
 
 def chunk_file_info(path):
     """The header fields of chunk file <path> as a dict (path, size, magic, version, hdr_len,
-    chunk_size, index, total, data_len, key, etag, last_modified, content_type), or None when
-    the file is missing or too short to hold the fields."""
+    chunk_size, index, total, data_len, key, etag, last_modified, content_type, and from version
+    2 on date, fields (the stored response fields' text), response_time, initial_age), or None
+    when the file is missing or too short to hold the fields."""
     try:
         with open(path, "rb") as f:
-            data = f.read(_CHUNK_FIXED.size + 16384)
+            data = f.read(_CHUNK_FIXED.size + _CHUNK_FIXED_V2.size + 8192 + 512 + 64 + 16384)
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return None
@@ -1991,14 +1993,22 @@ def chunk_file_info(path):
     (magic, version, hdr_len, chunk_size, index, total, data_len, _flags, key_len, etag_len,
      lm_len, ct_len) = _CHUNK_FIXED.unpack_from(data)
     off = _CHUNK_FIXED.size
+    fields_len = date_len = response_time = initial_age = 0
+    if version >= 2:
+        if len(data) < off + _CHUNK_FIXED_V2.size:
+            return None
+        fields_len, date_len, _pad, response_time, initial_age = \
+            _CHUNK_FIXED_V2.unpack_from(data, off)
+        off += _CHUNK_FIXED_V2.size
     fields = []
-    for n in (key_len, etag_len, lm_len, ct_len):
+    for n in (key_len, etag_len, lm_len, ct_len, date_len, fields_len):
         fields.append(data[off:off + n].decode("latin-1"))
         off += n
     return {"path": path, "size": size, "magic": magic, "version": version, "hdr_len": hdr_len,
             "chunk_size": chunk_size, "index": index, "total": total, "data_len": data_len,
             "key": fields[0], "etag": fields[1], "last_modified": fields[2],
-            "content_type": fields[3]}
+            "content_type": fields[3], "date": fields[4], "fields": fields[5],
+            "response_time": response_time, "initial_age": initial_age}
 
 
 def chunk_index(cache_dir):
