@@ -33,6 +33,7 @@
 #include "config.h"
 #include "conn_int.h"
 #include "fetch.h"
+#include "httpdate.h"
 #include "log.h"
 #include "multipart.h"
 #include "objhead.h"
@@ -275,9 +276,11 @@ static enum precond_outcome preconditions(const struct conn *c, const struct cac
     r.if_unmodified_since = precond_field_of(c, "If-Unmodified-Since");
     r.if_range = precond_field_of(c, "If-Range");
     r.has_range = has_range;
-    /* No stored Date yet: If-Modified-Since needs a Last-Modified, and one counts as strong. */
+    int64_t now = (int64_t)ev_now(c->ctx->loop);
     struct precond_stored st = {m->etag, m->last_modified, false, 0};
-    return precond_evaluate(&r, &st, (int64_t)ev_now(c->ctx->loop));
+    st.has_date = m->head != NULL &&
+                  httpdate_parse(m->head->date, m->head->date_len, now, &st.date) == 0;
+    return precond_evaluate(&r, &st, now);
 }
 
 /*

@@ -758,9 +758,16 @@ static void test_fwd_response_head_adds_our_date_when_the_origin_sent_none(void 
 static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
 {
     (void)state;
-    struct fwd_cache_head h = {.status = 412, .total = 1000, .end = 999, .etag = "\"e\"",
-                               .last_modified = "", .content_type = "x/y", .hostname = HOSTNAME,
-                               .cache_status = "HIT", .keep_alive = true, .client_minor = 1};
+    struct fwd_cache_head h = {.status = 412,
+                               .total = 1000,
+                               .end = 999,
+                               .etag = "\"e\"",
+                               .last_modified = "",
+                               .content_type = "x/y",
+                               .hostname = HOSTNAME,
+                               .cache_status = "HIT",
+                               .keep_alive = true,
+                               .client_minor = 1};
     size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
     assert_true(n > 0);
     g_out[n] = '\0';
@@ -782,9 +789,16 @@ static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
 static void test_fwd_cache_response_416_says_the_length(void **state)
 {
     (void)state;
-    struct fwd_cache_head h = {.status = 416, .total = 1000, .end = 999, .etag = "",
-                               .last_modified = "", .content_type = "x/y", .hostname = HOSTNAME,
-                               .cache_status = "MISS", .keep_alive = true, .client_minor = 1};
+    struct fwd_cache_head h = {.status = 416,
+                               .total = 1000,
+                               .end = 999,
+                               .etag = "",
+                               .last_modified = "",
+                               .content_type = "x/y",
+                               .hostname = HOSTNAME,
+                               .cache_status = "MISS",
+                               .keep_alive = true,
+                               .client_minor = 1};
     size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
     assert_true(n > 0);
     g_out[n] = '\0';
