@@ -278,8 +278,8 @@ static enum precond_outcome preconditions(const struct conn *c, const struct cac
     r.has_range = has_range;
     int64_t now = (int64_t)ev_now(c->ctx->loop);
     struct precond_stored st = {m->etag, m->last_modified, false, 0};
-    st.has_date = m->head != NULL &&
-                  httpdate_parse(m->head->date, m->head->date_len, now, &st.date) == 0;
+    st.has_date =
+        m->head != NULL && httpdate_parse(m->head->date, m->head->date_len, now, &st.date) == 0;
     return precond_evaluate(&r, &st, now);
 }
 
