@@ -165,14 +165,15 @@ static bool objver_matches(const struct objver *v, const struct cache_meta *m)
 
 /*
  * Remembers <m> as the current version of <obj>. Returns the head every chunk of that version is
- * to carry (borrowed from the slot): the one remembered for it before, else <m>'s.
+ * to carry (borrowed from the slot): the one remembered for it before, else (or with <renew>: a
+ * refetch, whose answer replaces what was stored) <m>'s.
  */
 static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
-                                  const struct cache_meta *m)
+                                  const struct cache_meta *m, bool renew)
 {
     struct objver *v = objver_slot(c, obj);
     bool same = v->used && memcmp(v->obj, obj, 16) == 0 && objver_matches(v, m);
-    if (!same || v->head == NULL) {
+    if (!same || v->head == NULL || (renew && m->head != NULL)) {
         objhead_unref(&v->head);
         v->head = m->head != NULL ? objhead_ref(m->head) : NULL;
     }
@@ -785,7 +786,7 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     if (lj->verified_now)
         verified_mark(c, ck->obj, ck->index, &lj->sb);
     ck->state = CHUNK_S_SEALED;
-    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta));
+    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta, false));
     cache_meta_clear(&lj->meta);
     ck->meta_known = true;
     ck->cap = ck->len = lj->data_len;
@@ -1093,7 +1094,7 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
                  "version's chunks");
         drop_old_version(c, ck->obj, v->total, m, ck);
     }
-    chunk_take_meta(ck, m, objver_set(c, ck->obj, m));
+    chunk_take_meta(ck, m, objver_set(c, ck->obj, m, ck->refetch));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
     if (ck->tail_off >= ck->cap)
@@ -1454,8 +1455,11 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         }
         closedir(d);
     }
-    if (v != NULL)
-        memset(objver_slot(c, obj), 0, sizeof(struct objver));
+    if (v != NULL) {
+        struct objver *slot = objver_slot(c, obj);
+        objhead_unref(&slot->head);
+        memset(slot, 0, sizeof(*slot));
+    }
     g_stats.cache_purged += (uint64_t)removed;
     return removed;
 }

@@ -313,6 +313,25 @@ class Disk(Base):
         self.assertEqual([H.chunk_file_info(f)["version"] for f in H.chunk_files(cache)],
                          [1, 1], "old files are kept as they are")
 
+        # A refetch of the same version stores it again with every field (version 2 files),
+        # and later answers replay them.
+        def h(ex):
+            H.serve_object(ex, 100000, extra=[("Last-Modified", "Tue, 15 Nov 1994 12:45:26 GMT"),
+                                              ("X-Custom", "v2")])
+        self.origin.route("/c12/v1/", h)
+        r = self.get(V1_PATH + "?nocache=1")
+        self.assertStatus(r, 200)
+        self.assertBody(r, V1_PATH, total=100000)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        self.assertEqual(r.header("X-Custom"), "v2")
+        H.wait_until(lambda: [H.chunk_file_info(f)["version"] for f in H.chunk_files(cache)]
+                     == [2, 2], 10 * H.SLOW, what="the chunks stored again in version 2")
+        n = len(self.origin.requests)
+        r = self.get(V1_PATH)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(r.header("X-Custom"), "v2")
+        self.assertEqual(len(self.origin.requests), n)
+
 
 if __name__ == "__main__":
     import sys
