@@ -1318,6 +1318,13 @@ bool cache_chunk_was_delivered(const struct chunk *ck, uint64_t off)
     return ck->seen == NULL || cache_seen_has(ck->seen, off);
 }
 
+bool cache_chunk_head_is_miss(struct chunk *ck, uint64_t off, uint64_t len)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(off < ck->cap && len <= ck->cap - off);
+    return ck->seen != NULL && cache_seen_tell(ck->seen, off, len);
+}
+
 void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes *out)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);

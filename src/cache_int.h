@@ -21,6 +21,12 @@ struct cache_seen_tab;
 #define CACHE_SEEN_RUNS 8         /* runs of delivered bytes a record holds exactly */
 #define CACHE_SEEN_KEPT_MAX 16384 /* records of evicted chunks kept for their files */
 
+/* A set of chunk offsets: runs [start, end), sorted, disjoint and not touching. */
+struct seen_runs {
+    unsigned n; /* runs in use */
+    uint32_t start[CACHE_SEEN_RUNS], end[CACHE_SEEN_RUNS];
+};
+
 /* Which bytes of one fill of a chunk were delivered to a client at least once (refcounted:
  * shared by every struct chunk holding those bytes). */
 struct chunk_seen {
@@ -28,11 +34,11 @@ struct chunk_seen {
     unsigned refs; /* chunks holding it, and the table while kept there */
     uint8_t obj[16];
     uint64_t index;
-    unsigned n;                                            /* runs in use */
-    uint32_t start[CACHE_SEEN_RUNS], end[CACHE_SEEN_RUNS]; /* sorted, disjoint, not touching */
-    struct cache_seen_tab *tab;                            /* kept in it (NULL: not) */
-    struct chunk_seen *hnext;                              /* tab's chain */
-    struct chunk_seen *newer, *older;                      /* tab's age list */
+    struct seen_runs done;            /* delivered */
+    struct seen_runs told;            /* announced as new by an answer's head (MISS) */
+    struct cache_seen_tab *tab;       /* kept in it (NULL: not) */
+    struct chunk_seen *hnext;         /* tab's chain */
+    struct chunk_seen *newer, *older; /* tab's age list */
 };
 
 /* The records of chunks evicted before all their bytes were delivered, by (obj, index). */
@@ -53,6 +59,10 @@ void cache_seen_unref(struct chunk_seen **s);
 uint64_t cache_seen_mark(struct chunk_seen *s, uint64_t off, uint64_t len);
 /* Whether byte <off> was delivered. */
 bool cache_seen_has(const struct chunk_seen *s, uint64_t off);
+/* The head of an answer sending chunk bytes [<off>, <off> + <len>): true (MISS) when byte <off>
+ * was neither delivered nor announced by another head, and then those bytes are announced;
+ * false (HIT) otherwise. */
+bool cache_seen_tell(struct chunk_seen *s, uint64_t off, uint64_t len);
 /* Whether every byte of a chunk of length <cap> was delivered. */
 bool cache_seen_is_complete(const struct chunk_seen *s, uint64_t cap);
 void cache_seen_tab_init(struct cache_seen_tab *t);

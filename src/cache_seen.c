@@ -9,6 +9,9 @@
  * delivery (readers starting mid-chunk, the two parts of a two-part fill) is exact to the byte.
  * A pattern needing more runs merges the two closest runs: the bytes between them count as
  * delivered (their later deliveries as hits), the only inexact case.
+ * A second set holds the bytes that an answer's head announced as new (X-Upstream-Cache-Status
+ * MISS, written before any byte is sent): of several clients asking for the same new bytes at
+ * once, the first head says MISS and the others HIT, as the access log will mostly say too.
  * Records are refcounted: every struct chunk holding those bytes (the memory chunk, a copy of it
  * read from its file) shares one. A chunk evicted from memory before all its bytes were
  * delivered leaves its record in the cache's table of kept records (struct cache_seen_tab, by
@@ -68,48 +71,50 @@ void cache_seen_unref(struct chunk_seen **sp)
     free(s);
 }
 
-/* Bytes of [a, b) that the runs of <s> cover. */
-static uint64_t covered(const struct chunk_seen *s, uint64_t a, uint64_t b)
+/* Bytes of [a, b) that <r> covers. */
+static uint64_t covered(const struct seen_runs *r, uint64_t a, uint64_t b)
 {
     uint64_t n = 0;
-    for (unsigned i = 0; i < s->n; i++) {
-        uint64_t lo = s->start[i] > a ? s->start[i] : a;
-        uint64_t hi = s->end[i] < b ? s->end[i] : b;
+    for (unsigned i = 0; i < r->n; i++) {
+        uint64_t lo = r->start[i] > a ? r->start[i] : a;
+        uint64_t hi = r->end[i] < b ? r->end[i] : b;
         if (lo < hi)
             n += hi - lo;
     }
     return n;
 }
 
-uint64_t cache_seen_mark(struct chunk_seen *s, uint64_t off, uint64_t len)
+static bool runs_have(const struct seen_runs *r, uint64_t off)
 {
-    CHECK_OBJ(s, SEEN_MAGIC);
-    if (len == 0)
-        return 0;
-    uint64_t a = off, b = off + len;
-    ASSERT(b <= UINT32_MAX);
-    uint64_t fresh = len - covered(s, a, b);
-    if (fresh == 0)
-        return 0;
+    for (unsigned i = 0; i < r->n; i++)
+        if (off >= r->start[i] && off < r->end[i])
+            return true;
+    return false;
+}
+
+/* Adds [a, b) (not empty) to <r>. */
+static void runs_add(struct seen_runs *r, uint64_t a, uint64_t b)
+{
+    ASSERT(a < b && b <= UINT32_MAX);
     /* Insert [a, b), absorbing the runs it overlaps or touches (the runs are sorted). */
     uint32_t ns[CACHE_SEEN_RUNS + 1], ne[CACHE_SEEN_RUNS + 1];
     unsigned m = 0;
     bool placed = false;
-    for (unsigned i = 0; i < s->n; i++) {
-        if (s->end[i] < a) {
-            ns[m] = s->start[i];
-            ne[m++] = s->end[i];
-        } else if (s->start[i] > b) {
+    for (unsigned i = 0; i < r->n; i++) {
+        if (r->end[i] < a) {
+            ns[m] = r->start[i];
+            ne[m++] = r->end[i];
+        } else if (r->start[i] > b) {
             if (!placed) {
                 ns[m] = (uint32_t)a;
                 ne[m++] = (uint32_t)b;
                 placed = true;
             }
-            ns[m] = s->start[i];
-            ne[m++] = s->end[i];
+            ns[m] = r->start[i];
+            ne[m++] = r->end[i];
         } else {
-            a = s->start[i] < a ? s->start[i] : a;
-            b = s->end[i] > b ? s->end[i] : b;
+            a = r->start[i] < a ? r->start[i] : a;
+            b = r->end[i] > b ? r->end[i] : b;
         }
     }
     if (!placed) {
@@ -127,25 +132,41 @@ uint64_t cache_seen_mark(struct chunk_seen *s, uint64_t off, uint64_t len)
         memmove(&ne[best + 1], &ne[best + 2], (m - best - 2) * sizeof(ne[0]));
         m--;
     }
-    memcpy(s->start, ns, m * sizeof(ns[0]));
-    memcpy(s->end, ne, m * sizeof(ne[0]));
-    s->n = m;
+    memcpy(r->start, ns, m * sizeof(ns[0]));
+    memcpy(r->end, ne, m * sizeof(ne[0]));
+    r->n = m;
+}
+
+uint64_t cache_seen_mark(struct chunk_seen *s, uint64_t off, uint64_t len)
+{
+    CHECK_OBJ(s, SEEN_MAGIC);
+    if (len == 0)
+        return 0;
+    uint64_t fresh = len - covered(&s->done, off, off + len);
+    if (fresh > 0)
+        runs_add(&s->done, off, off + len);
     return fresh;
 }
 
 bool cache_seen_has(const struct chunk_seen *s, uint64_t off)
 {
     CHECK_OBJ(s, SEEN_MAGIC);
-    for (unsigned i = 0; i < s->n; i++)
-        if (off >= s->start[i] && off < s->end[i])
-            return true;
-    return false;
+    return runs_have(&s->done, off);
+}
+
+bool cache_seen_tell(struct chunk_seen *s, uint64_t off, uint64_t len)
+{
+    CHECK_OBJ(s, SEEN_MAGIC);
+    if (len == 0 || runs_have(&s->done, off) || runs_have(&s->told, off))
+        return false;
+    runs_add(&s->told, off, off + len);
+    return true;
 }
 
 bool cache_seen_is_complete(const struct chunk_seen *s, uint64_t cap)
 {
     CHECK_OBJ(s, SEEN_MAGIC);
-    return s->n == 1 && s->start[0] == 0 && s->end[0] >= cap;
+    return s->done.n == 1 && s->done.start[0] == 0 && s->done.end[0] >= cap;
 }
 
 /* ---- the table of kept records ---- */

@@ -402,10 +402,11 @@ bool conn_cache_is_miss(const struct conn *c)
 
 /*
  * X-Upstream-Cache-Status of answer <h>, written before its body: it can only tell whether the
- * answer's first byte is new (not delivered to any client yet: MISS) or not (HIT). An answer
- * without bytes, or whose first byte is not in the chunk looked up (a suffix range), says
- * whether this request started the fill it looked up. The access log line, written at the end,
- * is exact (conn_cache_is_miss).
+ * answer's first byte is new (not delivered to any client yet, nor announced new by another
+ * answer's head: MISS) or not (HIT); see cache_chunk_head_is_miss. An answer without bytes, or
+ * whose first byte is not in the chunk looked up (a suffix range), says whether this request
+ * started the fill it looked up. The access log line, written at the end, is exact
+ * (conn_cache_is_miss).
  */
 static const char *head_status(const struct conn *c, const struct fwd_cache_head *h, bool no_bytes)
 {
@@ -414,7 +415,9 @@ static const char *head_status(const struct conn *c, const struct fwd_cache_head
     uint64_t cs = cache_chunk_size(c->ctx->cache);
     if (no_bytes || c->head_req || cache_chunk_index(c->ck) != h->start / cs)
         return c->first_miss ? "MISS" : "HIT";
-    return cache_chunk_was_delivered(c->ck, h->start % cs) ? "HIT" : "MISS";
+    uint64_t off = h->start % cs, cap = cache_chunk_cap(c->ck);
+    uint64_t last = h->end / cs == h->start / cs ? h->end % cs : cap - 1;
+    return cache_chunk_head_is_miss(c->ck, off, last - off + 1) ? "MISS" : "HIT";
 }
 
 static bool head_step(struct conn *c)

@@ -201,6 +201,37 @@ class HitMiss(H.CPTestCase):
         self.assertEqual(self.statuses(2), ["HIT", "MISS"])
         self.assertEqual(self.daemon.metrics()["cacheparty_coalesced_total"], 1)
 
+    def test_clients_on_one_cold_object_at_once_share_one_miss_per_byte(self):
+        self.start()
+        n, k = 8 * CS + 12345, 5
+        p = H.size_path(n, "c11/many")
+        barrier = threading.Barrier(k)
+        out, errs = [None] * k, []
+
+        def one(i):
+            try:
+                c = self.client(timeout=60 * H.SLOW)
+                barrier.wait(30 * H.SLOW)
+                c.request(p)
+                out[i] = c.read_response()
+            except BaseException as e:   # reported by the main thread
+                errs.append(e)
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(k)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
+        for r in out:
+            self.assertBody(r, p)
+        # each byte came from the origin once and was a miss for one client, a hit for the rest
+        self.assertEqual(self.wait_counted(k * n), ((k - 1) * n, n))
+        st = self.statuses(k)
+        self.assertIn("MISS", st)
+        self.daemon.settle_fetches()
+        self.assertEqual(self.daemon.metrics()["cacheparty_upstream_bytes_total"], n)
+
     def test_nocache_refetch_is_bypass_and_its_bytes_count_per_byte(self):
         self.start({"chunk_size": "64K"})
         n = 200000

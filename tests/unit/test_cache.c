@@ -696,7 +696,7 @@ static void test_cache_seen_mark_counts_each_byte_once_in_any_order(void **state
     assert_int_equal(cache_seen_mark(s, 250, 100), 50);
     assert_int_equal(cache_seen_mark(s, 1000, 10), 10);  /* a second run */
     assert_int_equal(cache_seen_mark(s, 350, 650), 650); /* fills the gap exactly: one run */
-    assert_int_equal(s->n, 1);
+    assert_int_equal(s->done.n, 1);
     assert_int_equal(cache_seen_mark(s, 0, 1010), 0);
     assert_int_equal(cache_seen_mark(s, 5, 0), 0);
     assert_false(cache_seen_is_complete(s, CS));
@@ -714,12 +714,12 @@ static void test_cache_seen_mark_is_exact_up_to_its_runs_then_merges_the_closest
     /* CACHE_SEEN_RUNS runs, 1 byte each, gaps of 9 (the last one's gap is 4): exact */
     for (unsigned i = 0; i < CACHE_SEEN_RUNS; i++)
         assert_int_equal(cache_seen_mark(s, i * 10, 1), 1);
-    assert_int_equal(s->n, CACHE_SEEN_RUNS);
+    assert_int_equal(s->done.n, CACHE_SEEN_RUNS);
     assert_false(cache_seen_has(s, 1));
     /* one more run: the two runs closest together (gap 4) become one, their gap delivered */
     uint64_t last = (CACHE_SEEN_RUNS - 1) * 10;
     assert_int_equal(cache_seen_mark(s, last + 5, 1), 1);
-    assert_int_equal(s->n, CACHE_SEEN_RUNS);
+    assert_int_equal(s->done.n, CACHE_SEEN_RUNS);
     assert_true(cache_seen_has(s, last + 2)); /* counted as delivered: its delivery is a hit */
     assert_false(cache_seen_has(s, 1));       /* the other gaps stay exact */
     uint64_t end = last + 6;
@@ -794,6 +794,38 @@ static void test_a_fill_counts_each_byte_a_miss_once_whoever_delivers_it(void **
     assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck), CACHE_HIT);
     assert_true(cache_chunk_was_delivered(ck, CS - 1));
     assert_int_equal(cache_chunk_deliver(ck, 0, CS), 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_of_heads_asking_the_same_new_bytes_at_once_one_says_miss(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_true(cache_chunk_head_is_miss(ck, 0, CS));    /* the first head: MISS */
+    assert_false(cache_chunk_head_is_miss(ck, 0, CS));   /* the same bytes: HIT */
+    assert_false(cache_chunk_head_is_miss(ck, 100, 10)); /* within them: HIT */
+    assert_int_equal(cache_chunk_deliver(ck, 0, 0), 0);  /* (announcing delivers nothing) */
+    assert_false(cache_chunk_was_delivered(ck, 0));
+    cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck);
+    /* a head for bytes after what another head announced is a MISS of its own */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    assert_true(cache_chunk_head_is_miss(ck, 0, CS / 2));
+    assert_true(cache_chunk_head_is_miss(ck, CS / 2, CS / 2));
+    char buf[CS];
+    memset(buf, 'x', sizeof(buf));
+    cache_chunk_commit(ck, 0, buf, CS);
+    cache_chunk_seal(ck);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS / 4), CS / 4);
+    assert_false(cache_chunk_head_is_miss(ck, 0, CS)); /* delivered: HIT */
     cache_chunk_unref(&ck);
     wait_stores(f);
 }
@@ -975,6 +1007,7 @@ int main(void)
         T(test_cache_seen_mark_is_exact_up_to_its_runs_then_merges_the_closest),
         T(test_the_kept_records_are_bounded_oldest_dropped_first),
         T(test_a_fill_counts_each_byte_a_miss_once_whoever_delivers_it),
+        T(test_of_heads_asking_the_same_new_bytes_at_once_one_says_miss),
         T(test_a_two_part_fill_counts_each_part_once),
         T(test_a_file_of_an_earlier_run_counts_as_delivered),
         T(test_a_chunk_evicted_before_delivery_keeps_its_misses_in_its_file),
