@@ -175,8 +175,26 @@ uint64_t cache_chunk_cap(const struct chunk *ck);
 uint64_t cache_chunk_len(const struct chunk *ck);
 /* Whether it is a disk lookup still running (FILLING, no fill yet). */
 bool cache_chunk_is_loading(const struct chunk *ck);
-/* Whether a fill was started for it: its first reader is a MISS (and so are its bytes). */
+/* Whether a fill was started for it (a request that started it and sends no bytes is a MISS). */
 bool cache_chunk_is_miss(const struct chunk *ck);
+/*
+ * Hit and miss per byte: a byte fetched from the origin is a miss the first time it is delivered
+ * to any client, a hit every later time (every copy of the chunk's bytes shares one account; a
+ * chunk file of an earlier run counts as delivered). Records that a reader has sent chunk bytes
+ * [<off>, <off> + <len>) (committed) to its client; returns how many of them were first
+ * deliveries (misses; the rest are hits).
+ */
+uint64_t cache_chunk_deliver(struct chunk *ck, uint64_t off, uint64_t len);
+/* Whether byte <off> of <ck> was delivered to a client already (its next delivery is a hit). */
+bool cache_chunk_was_delivered(const struct chunk *ck, uint64_t off);
+/*
+ * For the head of an answer about to send bytes [<off>, <off> + <len>) of <ck> (meta known, the
+ * range within its length): true (X-Upstream-Cache-Status MISS) when byte <off> was neither
+ * delivered nor announced new by another answer's head, and then those bytes are announced;
+ * false (HIT) otherwise. So of several clients asking for the same new bytes at once, one head
+ * says MISS.
+ */
+bool cache_chunk_head_is_miss(struct chunk *ck, uint64_t off, uint64_t len);
 /* How many bytes from offset <off> of <ck> are committed and contiguous (may be sent now). */
 uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off);
 /* Where byte <off> of <ck> is (committed: cache_chunk_avail() > 0): in memory at <data> (then

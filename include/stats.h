@@ -33,9 +33,10 @@
     X(resp_3xx, counter, NULL, NULL, "responses 3xx")                                              \
     X(resp_4xx, counter, NULL, NULL, "responses 4xx")                                              \
     X(resp_5xx, counter, NULL, NULL, "responses 5xx")                                              \
-    X(bytes_hit, counter, "response_bytes_total", "hit", "response body bytes served from cache")  \
+    X(bytes_hit, counter, "response_bytes_total", "hit",                                           \
+      "response body bytes that some client had been sent before (saved the uplink)")              \
     X(bytes_miss, counter, "response_bytes_total", "miss",                                         \
-      "response body bytes served from an origin fetch")                                           \
+      "response body bytes sent for the first time since their fetch from an origin")              \
     X(bytes_bypass, counter, "response_bytes_total", "bypass",                                     \
       "response body bytes served uncached (bypass)")                                              \
     X(upstream_requests, counter, "upstream_requests_total", NULL, "requests sent to origins")     \
@@ -148,7 +149,7 @@
 #define STATS_FAMILIES(F)                                                                          \
     F(requests_total, counter, "status", STATUS, "client responses by status code")                \
     F(response_bytes_total, counter, "cache", FIELDS,                                              \
-      "response body bytes sent to clients, by cache status")                                      \
+      "response body bytes sent to clients: hit, miss (first delivery) or bypass")                 \
     F(upstream_requests_total, counter, NULL, FIELDS, "requests sent to origins")                  \
     F(upstream_bytes_total, counter, NULL, FIELDS, "response body bytes received from origins")    \
     F(coalesced_total, counter, NULL, FIELDS, "chunk requests that joined a fetch in flight")      \

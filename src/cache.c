@@ -109,6 +109,7 @@ struct cache {
     struct shard_state *shards; /* owns, one per dir */
     struct store_job *stores;   /* pending stores (each owned by the pool until done) */
     struct cache_filler filler; /* where disk misses go (none: they fail) */
+    struct cache_seen_tab seen; /* delivered-byte records of evicted chunks (cache_seen.c) */
     struct cache_stats st;
 };
 
@@ -401,6 +402,7 @@ static bool evict_for(struct cache *c, uint64_t need)
             continue;
         }
         g_stats.cache_evictions++;
+        ck->evicted = true;
         table_remove(c, ck); /* frees it: refs was 1 */
     }
     return c->mem_used + need <= c->budget;
@@ -435,6 +437,11 @@ void cache_chunk_unref(struct chunk **ckp)
         return;
     }
     ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);
+    /* Evicted before all its bytes were delivered: a later load of its file takes the record. */
+    if (ck->seen != NULL && ck->evicted && ck->state == CHUNK_S_SEALED &&
+        !cache_seen_is_complete(ck->seen, ck->cap))
+        cache_seen_tab_keep(&ck->cache->seen, ck->seen);
+    cache_seen_unref(&ck->seen);
     chunk_release_mem(ck);
     if (ck->fd >= 0)
         close(ck->fd);
@@ -462,6 +469,14 @@ static struct chunk *chunk_new(struct cache *c, const char *key, size_t key_len,
     return ck;
 }
 
+/* <ck> is to be filled from the origin: none of its bytes was delivered yet. */
+static void chunk_fresh_bytes(struct chunk *ck)
+{
+    cache_seen_unref(&ck->seen);
+    ck->seen = cache_seen_new(ck->obj, ck->index);
+    cache_seen_tab_forget(&ck->cache->seen, ck->obj, ck->index);
+}
+
 /* A miss: a FILLING chunk in the table (its ref plus the caller's), for a fill to start. */
 static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t key_len,
                                        const uint8_t obj[16], uint64_t index)
@@ -469,6 +484,7 @@ static struct chunk *chunk_new_filling(struct cache *c, const char *key, size_t 
     struct chunk *ck = chunk_new(c, key, key_len, obj, index);
     ck->state = CHUNK_S_FILLING;
     ck->started_by_fetch = true;
+    chunk_fresh_bytes(ck);
     table_insert(c, ck);
     g_stats.cache_misses++;
     return ck;
@@ -793,6 +809,9 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     ck->fd = lj->fd;
     lj->fd = -1;
     ck->body_off = (off_t)lj->hdr_len;
+    /* Its bytes count as delivered, unless its memory chunk was evicted with some not yet. */
+    ASSERT(ck->seen == NULL);
+    ck->seen = cache_seen_tab_find(&c->seen, ck->obj, ck->index);
     g_stats.cache_disk_hits++;
     diskidx_touch(c->didx, ck->obj, ck->index, util_wall_ms());
     return true;
@@ -837,6 +856,7 @@ static void on_load_done(struct iojob *j)
         cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
     } else if (ck->origin != NULL && c->filler.disk_miss != NULL) {
         ck->started_by_fetch = true;
+        chunk_fresh_bytes(ck);
         g_stats.cache_misses++;
         c->filler.disk_miss(c->filler.arg, ck, ck->origin_off, ck->origin);
     } else {
@@ -1148,6 +1168,8 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         return NULL;
     }
     dk->started_by_fetch = ck->started_by_fetch; /* same bytes, same account */
+    cache_seen_unref(&dk->seen);
+    dk->seen = cache_seen_ref(ck->seen);
     return dk;
 }
 
@@ -1334,6 +1356,31 @@ bool cache_chunk_is_miss(const struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     return ck->started_by_fetch;
+}
+
+uint64_t cache_chunk_deliver(struct chunk *ck, uint64_t off, uint64_t len)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(off + len <= ck->cap);
+    if (ck->seen == NULL)
+        return 0;
+    uint64_t fresh = cache_seen_mark(ck->seen, off, len);
+    if (fresh > 0 && ck->seen->tab != NULL && cache_seen_is_complete(ck->seen, ck->cap))
+        cache_seen_tab_remove(ck->seen->tab, ck->seen); /* nothing left to remember */
+    return fresh;
+}
+
+bool cache_chunk_was_delivered(const struct chunk *ck, uint64_t off)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->seen == NULL || cache_seen_has(ck->seen, off);
+}
+
+bool cache_chunk_head_is_miss(struct chunk *ck, uint64_t off, uint64_t len)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(off < ck->cap && len <= ck->cap - off);
+    return ck->seen != NULL && cache_seen_tell(ck->seen, off, len);
 }
 
 void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes *out)
@@ -1567,10 +1614,12 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->objs = xcalloc(CACHE_OBJ_SLOTS, sizeof(*c->objs));
     c->verified = xcalloc(CACHE_VERIFIED_SLOTS, sizeof(*c->verified));
     c->shards = xcalloc(cfg->n_dirs, sizeof(*c->shards));
+    cache_seen_tab_init(&c->seen);
     pthread_mutex_init(&c->disk_mu, NULL);
     c->io = iopool_new(loop, CACHE_IO_THREADS);
     if (c->io == NULL) {
         snprintf(err, errlen, "cannot start the disk I/O threads: %s", strerror(errno));
+        cache_seen_tab_fini(&c->seen);
         free(c->shards);
         free(c->verified);
         free(c->objs);
@@ -1616,6 +1665,7 @@ void cache_free(struct cache **cp)
         cache_chunk_unref(&ck);
     }
     ev_clear_pending(c->loop, &c->notify_ev);
+    cache_seen_tab_fini(&c->seen);
     diskidx_free(&c->didx);
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);

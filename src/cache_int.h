@@ -14,6 +14,70 @@
 
 struct origin_req;
 struct store_job;
+struct cache_seen_tab;
+
+/* ---- delivered bytes (cache_seen.c) ---- */
+
+#define CACHE_SEEN_RUNS 8         /* runs of delivered bytes a record holds exactly */
+#define CACHE_SEEN_KEPT_MAX 16384 /* records of evicted chunks kept for their files */
+
+/* A set of chunk offsets: runs [start, end), sorted, disjoint and not touching. */
+struct seen_runs {
+    unsigned n; /* runs in use */
+    uint32_t start[CACHE_SEEN_RUNS], end[CACHE_SEEN_RUNS];
+};
+
+/* Which bytes of one fill of a chunk were delivered to a client at least once (refcounted:
+ * shared by every struct chunk holding those bytes). */
+struct chunk_seen {
+    unsigned magic;
+    unsigned refs; /* chunks holding it, and the table while kept there */
+    uint8_t obj[16];
+    uint64_t index;
+    struct seen_runs done;            /* delivered */
+    struct seen_runs told;            /* announced as new by an answer's head (MISS) */
+    struct cache_seen_tab *tab;       /* kept in it (NULL: not) */
+    struct chunk_seen *hnext;         /* tab's chain */
+    struct chunk_seen *newer, *older; /* tab's age list */
+};
+
+/* The records of chunks evicted before all their bytes were delivered, by (obj, index). */
+struct cache_seen_tab {
+    struct chunk_seen **buckets; /* owns the array; each record holds a ref for the table */
+    struct chunk_seen *newest, *oldest;
+    size_t count;
+};
+
+/* A record of chunk (<obj>, <index>) with nothing delivered (a ref). */
+struct chunk_seen *cache_seen_new(const uint8_t obj[16], uint64_t index);
+/* Another ref on <s> (NULL allowed); returns it. */
+struct chunk_seen *cache_seen_ref(struct chunk_seen *s);
+/* Drops a ref and clears *<s>; frees the record at zero. */
+void cache_seen_unref(struct chunk_seen **s);
+/* Marks chunk bytes [<off>, <off> + <len>) delivered; returns how many of them were not before
+ * (first deliveries). */
+uint64_t cache_seen_mark(struct chunk_seen *s, uint64_t off, uint64_t len);
+/* Whether byte <off> was delivered. */
+bool cache_seen_has(const struct chunk_seen *s, uint64_t off);
+/* The head of an answer sending chunk bytes [<off>, <off> + <len>): true (MISS) when byte <off>
+ * was neither delivered nor announced by another head, and then those bytes are announced;
+ * false (HIT) otherwise. */
+bool cache_seen_tell(struct chunk_seen *s, uint64_t off, uint64_t len);
+/* Whether every byte of a chunk of length <cap> was delivered. */
+bool cache_seen_is_complete(const struct chunk_seen *s, uint64_t cap);
+void cache_seen_tab_init(struct cache_seen_tab *t);
+/* Drops every kept record. */
+void cache_seen_tab_fini(struct cache_seen_tab *t);
+/* Keeps <s> (the table takes a ref of its own), replacing an older record of its chunk and
+ * dropping the oldest records beyond CACHE_SEEN_KEPT_MAX. No-op when kept already. */
+void cache_seen_tab_keep(struct cache_seen_tab *t, struct chunk_seen *s);
+/* The kept record of (<obj>, <index>) (a ref, it stays kept), or NULL. */
+struct chunk_seen *cache_seen_tab_find(struct cache_seen_tab *t, const uint8_t obj[16],
+                                       uint64_t index);
+/* Drops <s> (kept in <t>) from the table. */
+void cache_seen_tab_remove(struct cache_seen_tab *t, struct chunk_seen *s);
+/* Drops the kept record of (<obj>, <index>), if any (a new fill of it starts). */
+void cache_seen_tab_forget(struct cache_seen_tab *t, const uint8_t obj[16], uint64_t index);
 
 struct chunk {
     unsigned magic;
@@ -53,6 +117,10 @@ struct chunk {
     uint64_t origin_off;       /* while loading: where in it that reader starts */
     struct store_job *store;   /* its file is being written (the job holds a ref) */
     uint64_t mem;              /* bytes accounted to the memory budget */
+    /* ref: which of its bytes were delivered once (shared with the other chunks holding the
+     * same bytes, see cache_seen.c); NULL: all of them (a file of an earlier run). */
+    struct chunk_seen *seen;
+    bool evicted; /* left the table by eviction (its record is kept for its file) */
 };
 
 #endif

@@ -188,9 +188,9 @@ static void log_access(struct conn *c)
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
         e.host = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
         if (!c->local_resp)
-            e.cache_status = c->force                      ? "BYPASS" /* ?nocache= */
-                             : c->cached && !c->first_miss ? "HIT"
-                                                           : "MISS"; /* (Authorization: MISS) */
+            e.cache_status = c->force                              ? "BYPASS" /* ?nocache= */
+                             : c->cached && !conn_cache_is_miss(c) ? "HIT"
+                                                                   : "MISS"; /* Authorization */
     }
     e.status = c->status;
     e.bytes = c->body_bytes;

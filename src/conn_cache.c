@@ -244,6 +244,8 @@ void conn_cache_reset(struct conn *c)
     c->cached = false;
     c->force = false;
     c->first_miss = false;
+    c->sent_new = false;
+    c->sent_bytes = false;
     c->ck_created = false;
     c->ra_pending = false;
     c->blocked_write = false;
@@ -398,6 +400,31 @@ static bool next_part(struct conn *c)
     return false;
 }
 
+bool conn_cache_is_miss(const struct conn *c)
+{
+    return c->sent_bytes ? c->sent_new : c->first_miss;
+}
+
+/*
+ * X-Upstream-Cache-Status of answer <h>, written before its body: it can only tell whether the
+ * answer's first byte is new (not delivered to any client yet, nor announced new by another
+ * answer's head: MISS) or not (HIT); see cache_chunk_head_is_miss. An answer without bytes, or
+ * whose first byte is not in the chunk looked up (a suffix range), says whether this request
+ * started the fill it looked up. The access log line, written at the end, is exact
+ * (conn_cache_is_miss).
+ */
+static const char *head_status(const struct conn *c, const struct fwd_cache_head *h, bool no_bytes)
+{
+    if (c->force)
+        return "BYPASS";
+    uint64_t cs = cache_chunk_size(c->ctx->cache);
+    if (no_bytes || c->head_req || cache_chunk_index(c->ck) != h->start / cs)
+        return c->first_miss ? "MISS" : "HIT";
+    uint64_t off = h->start % cs, cap = cache_chunk_cap(c->ck);
+    uint64_t last = h->end / cs == h->start / cs ? h->end % cs : cap - 1;
+    return cache_chunk_head_is_miss(c->ck, off, last - off + 1) ? "MISS" : "HIT";
+}
+
 static bool head_step(struct conn *c)
 {
     struct chunk *ck = c->ck;
@@ -441,10 +468,6 @@ static bool head_step(struct conn *c)
     h.head = m->head;
     h.now = (int64_t)ev_now(c->ctx->loop);
     h.hostname = g_cfg->hostname;
-    h.cache_status = c->force ? "BYPASS" : c->first_miss ? "MISS" : "HIT";
-    /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
-     * first delivery has one only when an upstream cache said so. */
-    h.age = !c->force && (!c->first_miss || (m->head != NULL && m->head->initial_age > 0));
     h.client_minor = c->req.version_minor;
 
     const struct h1_field *rf = field(c, "Range");
@@ -456,6 +479,11 @@ static bool head_step(struct conn *c)
     if (pc == PRECOND_RANGE)
         choose_ranges(c, rf, m, &h); /* one range, several (multipart), or 416 */
     bool no_bytes = h.status == 304 || h.status == 412 || h.status == 416;
+    h.cache_status = head_status(c, &h, no_bytes);
+    /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
+     * first delivery has one only when an upstream cache said so. */
+    h.age = strcmp(h.cache_status, "HIT") == 0 ||
+            (m->head != NULL && m->head->initial_age > 0);
     if (no_bytes) /* no object bytes follow */
         c->keep_alive = c->keep_alive && c->req.version_minor == 1;
     h.keep_alive = c->keep_alive && !c->draining;
@@ -575,10 +603,12 @@ static bool body_step(struct conn *c)
         }
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        if (c->ck_created && cache_chunk_is_miss(ck))
-            g_stats.bytes_miss += (uint64_t)k;
-        else
-            g_stats.bytes_hit += (uint64_t)k;
+        /* Per byte: a first delivery is a miss, any later one a hit (cache_chunk_deliver). */
+        uint64_t fresh = cache_chunk_deliver(ck, off, (uint64_t)k);
+        g_stats.bytes_miss += fresh;
+        g_stats.bytes_hit += (uint64_t)k - fresh;
+        c->sent_bytes = true;
+        c->sent_new = c->sent_new || fresh > 0;
         c->last_write = ev_now(c->ctx->loop);
         if ((size_t)k < n) {
             c->blocked_write = true;

@@ -113,8 +113,10 @@ struct conn {
     bool cached;        /* served from the chunk cache */
     bool force;         /* ?nocache= other than empty or 0: refetch and re-store (BYPASS) */
     bool first_miss;    /* this request started the fetch of its first chunk */
+    bool sent_new;      /* an object byte it sent was that byte's first delivery: a MISS */
+    bool sent_bytes;    /* it sent object bytes (else first_miss says MISS or HIT) */
     bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
-    bool ck_created;    /* ... and of the current chunk (with cache_chunk_is_miss: a miss) */
+    bool ck_created;    /* get_chunk started a fill or disk lookup of the current chunk */
     bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
     char *objkey;       /* owns: "identifier\npath" */
     size_t objkey_len;
@@ -183,5 +185,8 @@ void conn_cache_begin(struct conn *c);
 bool conn_cache_step(struct conn *c);
 /* Drops the cache path's state of the current request. */
 void conn_cache_reset(struct conn *c);
+/* Whether the request served from the cache counts as a MISS (its access log line): one of its
+ * bytes was a first delivery, or, when it sent none, it started the fill it looked up. */
+bool conn_cache_is_miss(const struct conn *c);
 
 #endif

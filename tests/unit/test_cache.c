@@ -25,6 +25,7 @@
 #include <cmocka.h>
 #include <ev.h>
 
+#include "cache_int.h"
 #include "chunkfile.h"
 #include "config.h"
 #include "log.h"
@@ -668,6 +669,297 @@ static void test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills(void *
     wait_stores(f);
 }
 
+/* ---- delivered bytes: hit and miss per byte ---- */
+
+/* A MISS for chunk <index> of version <m>, filled and sealed; the caller's ref. */
+static struct chunk *filled_chunk(struct fx *f, uint64_t index, const struct cache_meta *m)
+{
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    fill(ck, m);
+    return ck;
+}
+
+static void test_cache_seen_mark_counts_each_byte_once_in_any_order(void **state)
+{
+    (void)state;
+    uint8_t obj[16] = {1};
+    struct chunk_seen *s = cache_seen_new(obj, 0);
+    assert_false(cache_seen_has(s, 0));
+    assert_int_equal(cache_seen_mark(s, 100, 200), 200); /* a reader starting mid-chunk */
+    assert_true(cache_seen_has(s, 100));
+    assert_true(cache_seen_has(s, 299));
+    assert_false(cache_seen_has(s, 300));
+    assert_false(cache_seen_has(s, 99));
+    assert_int_equal(cache_seen_mark(s, 0, 150), 100); /* overlaps the first run */
+    assert_int_equal(cache_seen_mark(s, 250, 100), 50);
+    assert_int_equal(cache_seen_mark(s, 1000, 10), 10);  /* a second run */
+    assert_int_equal(cache_seen_mark(s, 350, 650), 650); /* fills the gap exactly: one run */
+    assert_int_equal(s->done.n, 1);
+    assert_int_equal(cache_seen_mark(s, 0, 1010), 0);
+    assert_int_equal(cache_seen_mark(s, 5, 0), 0);
+    assert_false(cache_seen_is_complete(s, CS));
+    assert_int_equal(cache_seen_mark(s, 0, CS), CS - 1010);
+    assert_true(cache_seen_is_complete(s, CS));
+    cache_seen_unref(&s);
+    assert_null(s);
+}
+
+static void test_cache_seen_mark_is_exact_up_to_its_runs_then_merges_the_closest(void **state)
+{
+    (void)state;
+    uint8_t obj[16] = {2};
+    struct chunk_seen *s = cache_seen_new(obj, 0);
+    /* CACHE_SEEN_RUNS runs, 1 byte each, gaps of 9 (the last one's gap is 4): exact */
+    for (unsigned i = 0; i < CACHE_SEEN_RUNS; i++)
+        assert_int_equal(cache_seen_mark(s, i * 10, 1), 1);
+    assert_int_equal(s->done.n, CACHE_SEEN_RUNS);
+    assert_false(cache_seen_has(s, 1));
+    /* one more run: the two runs closest together (gap 4) become one, their gap delivered */
+    uint64_t last = (CACHE_SEEN_RUNS - 1) * 10;
+    assert_int_equal(cache_seen_mark(s, last + 5, 1), 1);
+    assert_int_equal(s->done.n, CACHE_SEEN_RUNS);
+    assert_true(cache_seen_has(s, last + 2)); /* counted as delivered: its delivery is a hit */
+    assert_false(cache_seen_has(s, 1));       /* the other gaps stay exact */
+    uint64_t end = last + 6;
+    assert_int_equal(cache_seen_mark(s, 0, end),
+                     end - (CACHE_SEEN_RUNS + 1) - 4 /* the merged gap */);
+    assert_true(cache_seen_is_complete(s, end));
+    cache_seen_unref(&s);
+}
+
+static void test_the_kept_records_are_bounded_oldest_dropped_first(void **state)
+{
+    (void)state;
+    struct cache_seen_tab t;
+    cache_seen_tab_init(&t);
+    uint8_t obj[16] = {3};
+    for (uint64_t i = 0; i <= CACHE_SEEN_KEPT_MAX; i++) {
+        struct chunk_seen *s = cache_seen_new(obj, i);
+        cache_seen_tab_keep(&t, s);
+        cache_seen_tab_keep(&t, s); /* kept already: no-op */
+        cache_seen_unref(&s);       /* the table's ref keeps it */
+    }
+    assert_int_equal(t.count, CACHE_SEEN_KEPT_MAX);
+    assert_null(cache_seen_tab_find(&t, obj, 0)); /* the oldest went */
+    struct chunk_seen *s = cache_seen_tab_find(&t, obj, 1);
+    assert_non_null(s);
+    assert_int_equal(s->refs, 2);
+    /* a newer record of the same chunk replaces it */
+    struct chunk_seen *s2 = cache_seen_new(obj, 1);
+    cache_seen_tab_keep(&t, s2);
+    assert_null(s->tab);
+    assert_int_equal(s->refs, 1);
+    cache_seen_unref(&s);
+    s = cache_seen_tab_find(&t, obj, 1);
+    assert_ptr_equal(s, s2);
+    cache_seen_unref(&s);
+    cache_seen_tab_forget(&t, obj, 1);
+    assert_null(s2->tab);
+    assert_null(cache_seen_tab_find(&t, obj, 1));
+    cache_seen_unref(&s2);
+    assert_int_equal(t.count, CACHE_SEEN_KEPT_MAX - 1);
+    cache_seen_tab_fini(&t);
+}
+
+static void test_a_fill_counts_each_byte_a_miss_once_whoever_delivers_it(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    struct chunk *ck = NULL, *joiner = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char buf[CS];
+    memset(buf, 'x', sizeof(buf));
+    cache_chunk_commit(ck, 0, buf, CS / 2);
+    assert_false(cache_chunk_was_delivered(ck, 0));
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS / 4), CS / 4); /* the first reader */
+    assert_true(cache_chunk_was_delivered(ck, 0));
+    assert_false(cache_chunk_was_delivered(ck, CS / 4));
+    /* a joiner gets what the first reader had (hits) and what it had not yet (misses) */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &joiner),
+                     CACHE_JOINED);
+    assert_int_equal(cache_chunk_deliver(joiner, 0, CS / 2), CS / 4);
+    assert_int_equal(cache_chunk_deliver(ck, CS / 4, CS / 4), 0);
+    cache_chunk_commit(ck, CS / 2, buf, CS / 2);
+    cache_chunk_seal(ck);
+    assert_int_equal(cache_chunk_deliver(ck, CS / 2, CS / 2), CS / 2);
+    assert_int_equal(cache_chunk_deliver(joiner, CS / 2, CS / 2), 0);
+    cache_chunk_unref(&joiner);
+    cache_chunk_unref(&ck);
+    /* the next reader, from memory: all hits */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck), CACHE_HIT);
+    assert_true(cache_chunk_was_delivered(ck, CS - 1));
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_of_heads_asking_the_same_new_bytes_at_once_one_says_miss(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_true(cache_chunk_head_is_miss(ck, 0, CS));    /* the first head: MISS */
+    assert_false(cache_chunk_head_is_miss(ck, 0, CS));   /* the same bytes: HIT */
+    assert_false(cache_chunk_head_is_miss(ck, 100, 10)); /* within them: HIT */
+    assert_int_equal(cache_chunk_deliver(ck, 0, 0), 0);  /* (announcing delivers nothing) */
+    assert_false(cache_chunk_was_delivered(ck, 0));
+    cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck);
+    /* a head for bytes after what another head announced is a MISS of its own */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    assert_true(cache_chunk_head_is_miss(ck, 0, CS / 2));
+    assert_true(cache_chunk_head_is_miss(ck, CS / 2, CS / 2));
+    char buf[CS];
+    memset(buf, 'x', sizeof(buf));
+    cache_chunk_commit(ck, 0, buf, CS);
+    cache_chunk_seal(ck);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS / 4), CS / 4);
+    assert_false(cache_chunk_head_is_miss(ck, 0, CS)); /* delivered: HIT */
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_two_part_fill_counts_each_part_once(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    cache_chunk_split_at(ck, CS / 2);
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char buf[CS];
+    memset(buf, 't', sizeof(buf));
+    cache_chunk_commit(ck, CS / 2, buf, CS / 2); /* the tail part first, its reader gets it */
+    assert_int_equal(cache_chunk_deliver(ck, CS / 2, CS / 2), CS / 2);
+    cache_chunk_commit(ck, 0, buf, CS / 2);
+    cache_chunk_seal(ck);
+    /* a reader of the whole chunk: only the head part is new */
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), CS / 2);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_file_of_an_earlier_run_counts_as_delivered(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    struct chunk *ck = filled_chunk(f, 0, &m); /* never delivered */
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+    restart(f);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(ck) == CHUNK_S_SEALED);
+    assert_true(cache_chunk_was_delivered(ck, 0));
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), 0);
+    cache_chunk_unref(&ck);
+}
+
+static void test_a_chunk_evicted_before_delivery_keeps_its_misses_in_its_file(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(8 * CS, "\"v1\"");
+    /* chunk 0 half delivered, chunk 1 fully, chunk 2 not at all (read ahead of its reader) */
+    struct chunk *ck = filled_chunk(f, 0, &m);
+    assert_int_equal(cache_chunk_deliver(ck, CS / 4, CS / 2), CS / 2);
+    cache_chunk_unref(&ck);
+    ck = filled_chunk(f, 1, &m);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), CS);
+    cache_chunk_unref(&ck);
+    ck = filled_chunk(f, 2, &m);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+    /* five more chunks through 4 chunks of memory: 0, 1 and 2 are evicted */
+    for (uint64_t i = 3; i < 8; i++) {
+        ck = filled_chunk(f, i, &m);
+        cache_chunk_unref(&ck);
+        wait_stores(f);
+    }
+    assert_true(g_stats.cache_evictions >= 3);
+    struct chunk *a = NULL, *b = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &a),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_SEALED);
+    assert_false(cache_chunk_was_delivered(a, 0));
+    assert_true(cache_chunk_was_delivered(a, CS / 4));
+    /* a second load of the same file while the first is read shares its account */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &b),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(b) == CHUNK_S_SEALED);
+    assert_ptr_not_equal(a, b);
+    assert_int_equal(cache_chunk_deliver(a, 0, CS / 2), CS / 4);
+    assert_int_equal(cache_chunk_deliver(b, 0, CS), CS / 4);
+    assert_int_equal(cache_chunk_deliver(a, 0, CS), 0);
+    cache_chunk_unref(&a);
+    cache_chunk_unref(&b);
+    /* complete now: a later load is all hits */
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &a),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_SEALED);
+    assert_int_equal(cache_chunk_deliver(a, 0, CS), 0);
+    cache_chunk_unref(&a);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, &origin, false, &a),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_SEALED);
+    assert_int_equal(cache_chunk_deliver(a, 0, CS), 0); /* delivered before it was evicted */
+    cache_chunk_unref(&a);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 2, 0, &origin, false, &a),
+                     CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_SEALED);
+    assert_int_equal(cache_chunk_deliver(a, 0, CS), CS); /* never delivered: all misses */
+    cache_chunk_unref(&a);
+    wait_stores(f);
+}
+
+static void test_a_refetch_makes_its_bytes_new_again(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    struct chunk *ck = filled_chunk(f, 0, &m);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), CS);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    fill(ck, &m);
+    assert_int_equal(cache_chunk_deliver(ck, 0, CS), CS); /* fetched again: misses again */
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_the_file_copy_of_a_memory_chunk_shares_its_account(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(4 * CS, "\"v1\"");
+    struct chunk *held[4] = {NULL};
+    for (uint64_t i = 0; i < 4; i++)
+        held[i] = filled_chunk(f, i, &m); /* memory full: 4 chunks */
+    wait_stores(f);
+    assert_int_equal(cache_chunk_deliver(held[0], 0, CS / 2), CS / 2);
+    struct chunk *dk = cache_chunk_on_disk(f->cache, held[0]);
+    assert_non_null(dk); /* memory is short and the file was written here */
+    assert_ptr_not_equal(dk, held[0]);
+    assert_true(cache_chunk_was_delivered(dk, 0));
+    assert_int_equal(cache_chunk_deliver(dk, 0, CS), CS / 2);
+    assert_int_equal(cache_chunk_deliver(held[0], 0, CS), 0);
+    cache_chunk_unref(&dk);
+    for (int i = 0; i < 4; i++)
+        cache_chunk_unref(&held[i]);
+}
+
 /* ---- read-ahead spans ---- */
 
 static void test_a_span_stops_before_a_chunk_in_flight(void **state)
@@ -711,6 +1003,16 @@ int main(void)
         T(test_a_purge_wins_over_stores_still_pending),
         T(test_readers_of_a_purged_chunk_keep_it),
         T(test_a_span_stops_before_a_chunk_in_flight),
+        T(test_cache_seen_mark_counts_each_byte_once_in_any_order),
+        T(test_cache_seen_mark_is_exact_up_to_its_runs_then_merges_the_closest),
+        T(test_the_kept_records_are_bounded_oldest_dropped_first),
+        T(test_a_fill_counts_each_byte_a_miss_once_whoever_delivers_it),
+        T(test_of_heads_asking_the_same_new_bytes_at_once_one_says_miss),
+        T(test_a_two_part_fill_counts_each_part_once),
+        T(test_a_file_of_an_earlier_run_counts_as_delivered),
+        T(test_a_chunk_evicted_before_delivery_keeps_its_misses_in_its_file),
+        T(test_a_refetch_makes_its_bytes_new_again),
+        T(test_the_file_copy_of_a_memory_chunk_shares_its_account),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
