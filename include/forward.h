@@ -2,8 +2,9 @@
 /*
  * forward: the pure builders of the proxy's heads. No I/O, no ev.h.
  * - the upstream request, built afresh from parsed fields (never the client's bytes verbatim):
- *   method, path and query, Host, Range, User-Agent, Accept, Authorization and If-* when asked,
- *   and X-LanCache-Processed-By with our hostname appended (chained caches detect loops);
+ *   method, path and query, Host, Range, User-Agent, Accept, Authorization, Cookie and If-* when
+ *   asked, and X-LanCache-Processed-By with our hostname appended (chained caches detect loops);
+ * - the client's end-to-end request fields a cache fill forwards (fwd_fill_fields);
  * - the client's response head from an origin's, hop-by-hop fields removed and our framing,
  *   Connection and X-LanCache-* fields set;
  * - the proxy's own short responses (errors, heartbeat), with our Date;
@@ -24,11 +25,33 @@ struct objhead;
 struct fwd_req_opts {
     const char *hostname;    /* ours, appended to X-LanCache-Processed-By */
     bool pass_conditionals;  /* forward If-* (uncached pass-through) */
-    bool pass_authorization; /* forward Authorization (bypass) */
+    bool pass_authorization; /* forward Authorization and Cookie (bypass) */
 };
 
 size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct h1_authority *auth,
                         const struct fwd_req_opts *o, char *out, size_t cap);
+
+/*
+ * The fields of client request <req> (spans into <hbuf>) that a cache fill started by it
+ * forwards, as "Name: value\r\n" lines in the order received, written to <out> (at most <cap>
+ * bytes; the result is not NUL-terminated). Everything end-to-end goes, except what would make
+ * a shared object depend on one client or steer how the request is handled on the way:
+ * hop-by-hop fields (h1_is_hop_by_hop, and every Proxy-*), Host and Content-Length (a fill is a
+ * GET of its own, without a body), Range (the fill's own), every If-* (fills are
+ * unconditional), Authorization and Cookie (personal), Accept-Encoding (a fill asks for the
+ * identity encoding, the one every client can read), Forwarded, X-Forwarded-*, X-Original-URL,
+ * X-Rewrite-URL, X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, Max-Forwards and
+ * Expect; and User-Agent and X-LanCache-Processed-By, which the fill writes itself (struct
+ * origin_req). A field that does not fit in what is left of <cap> is dropped whole (a later,
+ * shorter one may still fit); *dropped receives how many were. Returns the length written.
+ */
+#define FWD_FILL_FIELDS_MAX (8 * 1024)
+size_t fwd_fill_fields(const char *hbuf, const struct h1_req *req, char *out, size_t cap,
+                       unsigned *dropped);
+
+/* Whether a fill forwards a request field named <name>[0..len) (fwd_fill_fields without the
+ * fields a Connection field names). */
+bool fwd_fill_forwards(const char *name, size_t len);
 
 enum fwd_body { FWD_BODY_NONE, FWD_BODY_LENGTH, FWD_BODY_CHUNKED, FWD_BODY_CLOSE };
 

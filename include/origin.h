@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * origin: where and how to ask the origin for an object (the request's host, Host header, path,
- * User-Agent and X-LanCache-Processed-By chain). Made by the client path from a request, kept by
- * the cache while a disk lookup may still turn into a fill, and used by the fill (fetch) to build
- * its upstream requests. Pure data: no I/O.
+ * User-Agent, X-LanCache-Processed-By chain and the other end-to-end fields a fill forwards). Made
+ * by the client path from a request, kept by the cache while a disk lookup may still turn into a
+ * fill, and used by the fill (fetch) to build its upstream requests. Pure data: no I/O.
  */
 #ifndef CACHEPARTY_ORIGIN_H
 #define CACHEPARTY_ORIGIN_H
@@ -24,6 +24,9 @@ struct origin_req {
     size_t ua_len;
     const char *processed_by; /* the client's X-LanCache-Processed-By chain, may be NULL */
     size_t processed_by_len;
+    const char *fields; /* the client's fields a fill forwards (fwd_fill_fields: "Name: value\r\n"
+                           lines, at most FWD_FILL_FIELDS_MAX bytes), may be NULL */
+    size_t fields_len;
 };
 
 /* A copy of <o> in one allocation (strings NUL-terminated): free() it. */

@@ -67,6 +67,8 @@
       "cache fills started (one upstream request for a run of chunks)")                            \
     X(fetch_resumed, counter, NULL, NULL, "cache fills resumed after an origin fault mid-body")    \
     X(fetch_failed, counter, NULL, NULL, "cache fills that failed for good")                       \
+    X(fetch_short, counter, NULL, NULL,                                                            \
+      "cache fills continued after a 206 that ended before the range asked")                       \
     X(fetch_split, counter, NULL, NULL,                                                            \
       "runs cut so that a reader deep inside gets its own fetch")                                  \
     X(fetch_two_part, counter, NULL, NULL,                                                         \

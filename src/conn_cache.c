@@ -33,6 +33,7 @@
 #include "config.h"
 #include "conn_int.h"
 #include "fetch.h"
+#include "forward.h"
 #include "httpdate.h"
 #include "log.h"
 #include "multipart.h"
@@ -101,6 +102,26 @@ static const char *processed_by(struct conn *c, size_t *len)
     return c->chain;
 }
 
+/*
+ * The request's end-to-end fields that a fill forwards (fwd_fill_fields), made once per request
+ * in c->fill_fields. Fields beyond FWD_FILL_FIELDS_MAX are dropped, with one log line.
+ */
+static const char *fill_fields(struct conn *c, size_t *len)
+{
+    if (c->fill_fields == NULL) {
+        static char tmp[FWD_FILL_FIELDS_MAX]; /* (one loop thread: copied out at once) */
+        unsigned dropped;
+        size_t n = fwd_fill_fields(c->req_head, &c->req, tmp, sizeof(tmp), &dropped);
+        if (dropped > 0)
+            log_info("conn#%u %s: %u request field(s) beyond %d bytes not forwarded to the origin",
+                     c->id, c->peer, dropped, FWD_FILL_FIELDS_MAX);
+        c->fill_fields = xstrndup(tmp, n);
+        c->fill_fields_len = n;
+    }
+    *len = c->fill_fields_len;
+    return c->fill_fields;
+}
+
 /* The origin to fetch from, borrowing the request's strings (whoever keeps them copies them). */
 static void origin_of(struct conn *c, struct origin_req *o)
 {
@@ -117,6 +138,7 @@ static void origin_of(struct conn *c, struct origin_req *o)
         o->ua_len = ua->value.len;
     }
     o->processed_by = processed_by(c, &o->processed_by_len);
+    o->fields = fill_fields(c, &o->fields_len);
 }
 
 /* Lets go of the current chunk, and of any wait on it (a wake may still be pending). */
@@ -241,6 +263,8 @@ void conn_cache_reset(struct conn *c)
     c->objkey = NULL;
     free(c->chain);
     c->chain = NULL;
+    free(c->fill_fields);
+    c->fill_fields = NULL;
     c->cached = false;
     c->force = false;
     c->first_miss = false;

@@ -120,7 +120,9 @@ struct conn {
     bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
     char *objkey;       /* owns: "identifier\npath" */
     size_t objkey_len;
-    char *chain;             /* owns: the X-LanCache-Processed-By fields joined, when several */
+    char *chain;       /* owns: the X-LanCache-Processed-By fields joined, when several */
+    char *fill_fields; /* owns: the fields a fill forwards (fwd_fill_fields), once made */
+    size_t fill_fields_len;
     struct chunk *ck;        /* ref: the chunk being sent or waited for */
     struct chunk_waiter ckw; /* waiting on ck */
     struct cache_meta sent;  /* the version the response head promised */

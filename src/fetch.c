@@ -107,12 +107,15 @@ struct fetch {
     char *location;         /* owns: a redirect to follow (DRAIN_REDIRECT: once drained) */
     char *ua;               /* owns: the first reader's User-Agent (redirect checks) */
     char *processed_by;     /* owns: the X-LanCache-Processed-By chain received */
+    char *fields;           /* owns: the first reader's fields a fill forwards (origin_req) */
     struct cache_meta meta; /* as first answered (resumptions must match); owns its head's ref */
     bool meta_known;
     int64_t sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
+    uint64_t ans_end;         /* last byte of the current answer, when it is a short 206 */
+    bool short_ans;           /* the current answer is a 206 ending before req_end */
     bool host_is_ip;          /* <host> is an IP literal (as routed) */
     uint64_t pos;             /* the next object byte this fetch commits */
     uint64_t last;            /* the last object byte it fills (its run may end mid-chunk) */
@@ -308,6 +311,7 @@ static void fetch_free(struct fetch *f)
     free(f->location);
     free(f->ua);
     free(f->processed_by);
+    free(f->fields);
     free(f->key);
     cache_meta_clear(&f->meta);
     f->magic = 0;
@@ -422,6 +426,8 @@ static bool follow_redirect(struct fetch *f)
     o.ua_len = f->ua ? strlen(f->ua) : 0;
     o.processed_by = f->processed_by;
     o.processed_by_len = f->processed_by ? strlen(f->processed_by) : 0;
+    o.fields = f->fields;
+    o.fields_len = f->fields ? strlen(f->fields) : 0;
     log_info("fetch#%u %s: redirected to http://%s%.*s (hop %u)", f->id, f->host, auth.ident,
              (int)plen, path, f->hops);
     free(f->req_pre);
@@ -552,6 +558,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     uint64_t pos = f->pos;
     f->skip = 0;
     f->whole_object = false;
+    f->short_ans = false;
 
     if (resp->status == 206) {
         const struct h1_field *cr = h1_find(buf, resp->fields, resp->n_fields, "Content-Range");
@@ -562,9 +569,11 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             log_info("fetch#%u %s: 206 without a usable Content-Range: not cached", f->id, f->host);
             goto pass;
         }
-        /* What was asked: the run may have been split since (fetch_split), the answer not. */
+        /* What was asked: the run may have been split since (fetch_split), the answer not. A
+         * 206 may end before (RFC 9110 §15.3.7): its bytes are taken, and the rest asked again
+         * once they are in (sink_done). */
         uint64_t want_end = f->req_end < total - 1 ? f->req_end : total - 1;
-        if (a != pos || b != want_end || resp->content_length != b - a + 1) {
+        if (a != pos || b > want_end || resp->content_length != b - a + 1) {
             log_info("fetch#%u %s: origin answered bytes %llu-%llu/%llu for %llu-%llu", f->id,
                      f->host, (unsigned long long)a, (unsigned long long)b,
                      (unsigned long long)total, (unsigned long long)pos,
@@ -572,6 +581,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             goto fail;
         }
         m.total = total;
+        f->short_ans = b < want_end;
+        f->ans_end = b;
         norange_note(f, false);
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
                resp->content_length > pos) {
@@ -788,6 +799,16 @@ static void sink_done(void *arg, enum up_err err)
         fetch_finish(f, CHUNK_FAIL_NONE);
         return;
     }
+    if (err == UP_OK && f->short_ans && f->pos == f->ans_end + 1 && f->cur < f->n) {
+        /* A short 206, all of it in: the rest of the run from where it ended, as a resumption
+         * (the same version, checked in sink_head) but not a fault (no attempt counted). */
+        f->resumed = true;
+        g_stats.fetch_short++;
+        log_debug("fetch#%u %s: answer ended at byte %llu: asking for the rest", f->id, f->host,
+                  (unsigned long long)f->ans_end);
+        fetch_connect(f);
+        return;
+    }
     if (f->meta_known && f->cur < f->n && f->attempts < FETCH_ATTEMPTS &&
         (err == UP_OK || err == UP_ERR_IO || err == UP_ERR_READ_TIMEOUT || err == UP_ERR_PROTO)) {
         /* Cut short mid-body: ask for the rest, from the byte reached, of the same addresses
@@ -863,7 +884,11 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
     fetch_finish(f, CHUNK_FAIL_ORIGIN);
 }
 
-/* The request head around its Range field: request line and Host before, the rest after. */
+/*
+ * The request head around its Range field: request line and Host before, the rest after
+ * (User-Agent, the client's other fields a fill forwards, Accept-Encoding: identity so that the
+ * stored body is one every client can read, and the X-LanCache-Processed-By chain with us).
+ */
 static void build_head(struct fetch *f, const struct origin_req *o)
 {
     size_t cap = o->path_len + strlen(o->authority) + 64;
@@ -871,13 +896,15 @@ static void build_head(struct fetch *f, const struct origin_req *o)
     snprintf(f->req_pre, cap, "GET %s%.*s HTTP/1.1\r\nHost: %s\r\n",
              o->path_len > 0 && o->path[0] == '/' ? "" : "/", (int)o->path_len, o->path,
              o->authority);
-    cap = o->ua_len + o->processed_by_len + CONFIG_HOST_MAX + 64;
+    cap = o->ua_len + o->fields_len + o->processed_by_len + CONFIG_HOST_MAX + 96;
     f->req_post = xmalloc(cap);
-    snprintf(f->req_post, cap, "%s%.*s%sX-LanCache-Processed-By: %.*s%s%s\r\n\r\n",
+    snprintf(f->req_post, cap,
+             "%s%.*s%s%.*sAccept-Encoding: identity\r\nX-LanCache-Processed-By: %.*s%s%s\r\n\r\n",
              o->user_agent ? "User-Agent: " : "", (int)o->ua_len,
-             o->user_agent ? o->user_agent : "", o->user_agent ? "\r\n" : "",
-             (int)o->processed_by_len, o->processed_by ? o->processed_by : "",
-             o->processed_by_len > 0 ? ", " : "", g_cfg->hostname);
+             o->user_agent ? o->user_agent : "", o->user_agent ? "\r\n" : "", (int)o->fields_len,
+             o->fields ? o->fields : "", (int)o->processed_by_len,
+             o->processed_by ? o->processed_by : "", o->processed_by_len > 0 ? ", " : "",
+             g_cfg->hostname);
 }
 
 /* A new fetch, linked into the live list and counted; the caller fills in the rest. */
@@ -918,6 +945,8 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
         f->ua = xstrndup(o->user_agent, o->ua_len);
     if (o->processed_by != NULL)
         f->processed_by = xstrndup(o->processed_by, o->processed_by_len);
+    if (o->fields != NULL)
+        f->fields = xstrndup(o->fields, o->fields_len);
     return f;
 }
 
@@ -960,6 +989,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->req_post = xstrdup(src->req_post);
     f->ua = src->ua ? xstrdup(src->ua) : NULL;
     f->processed_by = src->processed_by ? xstrdup(src->processed_by) : NULL;
+    f->fields = src->fields ? xstrdup(src->fields) : NULL;
     return f;
 }
 
@@ -1114,6 +1144,19 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
      * clients: clients that ask and hang up cannot pile them up. */
     if (fetch_live() >= FETCH_READAHEAD_MAX_FETCHES)
         return;
+    /* Read-ahead is part of the object's fill: its requests carry the fields of the request
+     * that started it (the filler's copies), whichever reader reads on. */
+    struct origin_req ra = *o;
+    const struct fetch *filler = cache_chunk_filler(ck);
+    if (filler != NULL) {
+        CHECK_OBJ(filler, FETCH_MAGIC);
+        ra.user_agent = filler->ua;
+        ra.ua_len = filler->ua ? strlen(filler->ua) : 0;
+        ra.processed_by = filler->processed_by;
+        ra.processed_by_len = filler->processed_by ? strlen(filler->processed_by) : 0;
+        ra.fields = filler->fields;
+        ra.fields_len = filler->fields ? strlen(filler->fields) : 0;
+    }
     size_t key_len;
     const char *key = cache_chunk_key(ck, &key_len);
     uint64_t window = (uint64_t)segs * CACHE_SPAN_MAX;
@@ -1130,7 +1173,7 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
             continue;
         }
         uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
-        int n = fetch_span(c, key, key_len, i, j, o);
+        int n = fetch_span(c, key, key_len, i, j, &ra);
         i += n > 0 ? (uint64_t)n : 1;
         started++;
     }

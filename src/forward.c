@@ -90,7 +90,7 @@ size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct
         for (size_t k = 0; o->pass_conditionals && k < ARRAY_SIZE(conditionals) && !fwd; k++)
             fwd = name_is(hbuf, f, conditionals[k]);
         if (!fwd && o->pass_authorization)
-            fwd = name_is(hbuf, f, "Authorization");
+            fwd = name_is(hbuf, f, "Authorization") || name_is(hbuf, f, "Cookie");
         if (fwd) {
             put_field(&w, hbuf, f);
         } else if (name_is(hbuf, f, "X-LanCache-Processed-By") && !seen_loop_hdr) {
@@ -117,6 +117,64 @@ size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct
         putf(&w, "X-LanCache-Processed-By: %s\r\n", o->hostname);
     puts_(&w, "\r\n");
     return out_done(&w);
+}
+
+/* Whether <s>[0..len) starts with <prefix> (ASCII case-insensitive). */
+static bool has_prefix(const char *s, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return len >= n && strncasecmp(s, prefix, n) == 0;
+}
+
+/* What a fill never forwards (fwd_fill_fields, forward.h says why), by name and by prefix. */
+static const char *const never_filled[] = {
+    /* hop-by-hop (and whatever a Connection field names: h1_is_hop_by_hop) */
+    "Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+    /* the fill's own: a GET without a body, its Range, fields written by fetch */
+    "Host", "Content-Length", "Range", "User-Agent", "X-LanCache-Processed-By",
+    /* personal, or one encoding for every client */
+    "Authorization", "Cookie", "Accept-Encoding",
+    /* what steers where or how the request is handled on the way */
+    "Forwarded", "X-Original-URL", "X-Rewrite-URL", "X-HTTP-Method-Override", "X-HTTP-Method",
+    "X-Method-Override", "Max-Forwards", "Expect"};
+static const char *const never_filled_prefix[] = {"If-", "Proxy-", "X-Forwarded-"};
+
+bool fwd_fill_forwards(const char *name, size_t len)
+{
+    for (size_t k = 0; k < ARRAY_SIZE(never_filled); k++)
+        if (util_ieq(name, len, never_filled[k]))
+            return false;
+    for (size_t k = 0; k < ARRAY_SIZE(never_filled_prefix); k++)
+        if (has_prefix(name, len, never_filled_prefix[k]))
+            return false;
+    return true;
+}
+
+size_t fwd_fill_fields(const char *hbuf, const struct h1_req *req, char *out, size_t cap,
+                       unsigned *dropped)
+{
+    size_t len = 0;
+    *dropped = 0;
+    for (unsigned i = 0; i < req->n_fields; i++) {
+        const struct h1_field *f = &req->fields[i];
+        if (!fwd_fill_forwards(hbuf + f->name.off, f->name.len) ||
+            h1_is_hop_by_hop(hbuf, req->fields, req->n_fields, f))
+            continue;
+        size_t n = (size_t)f->name.len + 2 + f->value.len + 2;
+        if (cap - len < n) {
+            (*dropped)++;
+            continue;
+        }
+        memcpy(out + len, hbuf + f->name.off, f->name.len);
+        len += f->name.len;
+        memcpy(out + len, ": ", 2);
+        len += 2;
+        memcpy(out + len, hbuf + f->value.off, f->value.len);
+        len += f->value.len;
+        memcpy(out + len, "\r\n", 2);
+        len += 2;
+    }
+    return len;
 }
 
 size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,

@@ -255,10 +255,201 @@ static void test_fwd_request_head_hop_by_hop_and_others_dropped(void **state)
                               "Expect: 100-continue\r\n"
                               "User-Agent: ua\r\n"
                               "\r\n";
-    const char *h = req_head(req, true, true);
+    const char *h = req_head(req, true, false);
     assert_string_equal(h, "GET /a HTTP/1.1\r\nHost: h.example\r\n"
                            "User-Agent: ua\r\n"
                            "X-LanCache-Processed-By: " HOSTNAME "\r\n\r\n");
+}
+
+static void test_fwd_request_head_bypass_forwards_authorization_and_cookie(void **state)
+{
+    (void)state;
+    static const char req[] = "GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                              "Cookie: a=b\r\n"
+                              "Authorization: Bearer t\r\n"
+                              "X-Other: 1\r\n"
+                              "\r\n";
+    assert_string_equal(req_head(req, true, true), "GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                                                   "Cookie: a=b\r\n"
+                                                   "Authorization: Bearer t\r\n"
+                                                   "X-LanCache-Processed-By: " HOSTNAME "\r\n\r\n");
+    assert_string_equal(req_head(req, true, false),
+                        "GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                        "X-LanCache-Processed-By: " HOSTNAME "\r\n\r\n");
+}
+
+/* fwd_fill_fields of request head <s> into g_fill (NUL-terminated), at most <cap> bytes. */
+static char g_fill[FWD_FILL_FIELDS_MAX + 16];
+static const char *fill_fields(const char *s, size_t cap, unsigned *dropped)
+{
+    parse_req(s);
+    assert_true(cap < sizeof(g_fill));
+    memset(g_fill, 'Z', sizeof(g_fill));
+    size_t n = fwd_fill_fields(s, &g_req, g_fill, cap, dropped);
+    assert_true(n <= cap);
+    assert_int_equal(g_fill[n], 'Z'); /* nothing written past the length */
+    g_fill[n] = '\0';
+    return g_fill;
+}
+
+static void test_fwd_fill_fields_end_to_end_kept_in_order(void **state)
+{
+    (void)state;
+    unsigned dropped = 99;
+    const char *h = fill_fields("GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                                "X-Foo: bar baz\r\n"
+                                "Accept-Language: de-DE, en;q=0.5\r\n"
+                                "User-Agent: ua\r\n"
+                                "Accept: */*\r\n"
+                                "Referer: http://x/\r\n"
+                                "Via: 1.1 other\r\n"
+                                "Cache-Control: no-transform\r\n"
+                                "X-Foo: again\r\n"
+                                "X-Epic-Launcher: 15.2\r\n"
+                                "X-LanCache-Processed-By: cache-a\r\n"
+                                "x-lowercase: v\r\n"
+                                "\r\n",
+                                FWD_FILL_FIELDS_MAX, &dropped);
+    assert_string_equal(h, "X-Foo: bar baz\r\n"
+                           "Accept-Language: de-DE, en;q=0.5\r\n"
+                           "Accept: */*\r\n"
+                           "Referer: http://x/\r\n"
+                           "Via: 1.1 other\r\n"
+                           "Cache-Control: no-transform\r\n"
+                           "X-Foo: again\r\n"
+                           "X-Epic-Launcher: 15.2\r\n"
+                           "x-lowercase: v\r\n");
+    assert_int_equal(dropped, 0);
+}
+
+static void test_fwd_fill_fields_never_forwarded(void **state)
+{
+    (void)state;
+    unsigned dropped = 99;
+    const char *h = fill_fields("GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                                "Connection: keep-alive, X-Named\r\n"
+                                "connection: x-named-too\r\n"
+                                "X-Named: 1\r\n"
+                                "X-NAMED-TOO: 1\r\n"
+                                "Keep-Alive: timeout=5\r\n"
+                                "TE: trailers\r\n"
+                                "Trailer: X-Sum\r\n"
+                                "Upgrade: h2c\r\n"
+                                "Proxy-Connection: keep-alive\r\n"
+                                "Proxy-Authorization: Basic x\r\n"
+                                "Proxy-Anything: 1\r\n"
+                                "Range: bytes=0-1\r\n"
+                                "If-None-Match: \"x\"\r\n"
+                                "If-Modified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n"
+                                "If-Match: *\r\n"
+                                "If-Unmodified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n"
+                                "If-Range: \"x\"\r\n"
+                                "if-schedule-tag-match: 1\r\n"
+                                "Cookie: a=b\r\n"
+                                "Authorization: Bearer t\r\n"
+                                "Accept-Encoding: gzip\r\n"
+                                "Forwarded: for=192.0.2.1\r\n"
+                                "X-Forwarded-For: 192.0.2.1\r\n"
+                                "X-Forwarded-Host: evil\r\n"
+                                "x-forwarded-proto: https\r\n"
+                                "X-Original-URL: /admin\r\n"
+                                "X-Rewrite-URL: /admin\r\n"
+                                "X-HTTP-Method-Override: DELETE\r\n"
+                                "X-HTTP-Method: PUT\r\n"
+                                "X-Method-Override: PATCH\r\n"
+                                "Max-Forwards: 0\r\n"
+                                "Expect: 100-continue\r\n"
+                                "Content-Length: 0\r\n"
+                                "User-Agent: ua\r\n"
+                                "X-LanCache-Processed-By: cache-a\r\n"
+                                "\r\n",
+                                FWD_FILL_FIELDS_MAX, &dropped);
+    assert_string_equal(h, "");
+    assert_int_equal(dropped, 0);
+}
+
+static void test_fwd_fill_forwards_names(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {"X-Foo",
+                                      "Accept",
+                                      "Accept-Language",
+                                      "Referer",
+                                      "Via",
+                                      "Cache-Control",
+                                      "Pragma",
+                                      "X-Forwarded",
+                                      "Iff",
+                                      "X-Proxy-Thing",
+                                      "Proxy",
+                                      "Forwarded-X",
+                                      "Cookie2x",
+                                      "X-Upstream-Cache-Status",
+                                      "Content-Type"};
+    static const char *const no[] = {"host",
+                                     "CONTENT-LENGTH",
+                                     "range",
+                                     "If-",
+                                     "If-X",
+                                     "Proxy-",
+                                     "X-Forwarded-",
+                                     "X-Forwarded-Port",
+                                     "cookie",
+                                     "authorization",
+                                     "accept-encoding",
+                                     "forwarded",
+                                     "x-original-url",
+                                     "x-rewrite-url",
+                                     "x-http-method-override",
+                                     "x-http-method",
+                                     "x-method-override",
+                                     "max-forwards",
+                                     "expect",
+                                     "user-agent",
+                                     "x-lancache-processed-by",
+                                     "connection",
+                                     "keep-alive",
+                                     "te",
+                                     "trailer",
+                                     "transfer-encoding",
+                                     "upgrade"};
+    for (size_t i = 0; i < ARRAY_SIZE(yes); i++)
+        if (!fwd_fill_forwards(yes[i], strlen(yes[i])))
+            fail_msg("%s not forwarded", yes[i]);
+    for (size_t i = 0; i < ARRAY_SIZE(no); i++)
+        if (fwd_fill_forwards(no[i], strlen(no[i])))
+            fail_msg("%s forwarded", no[i]);
+    /* a prefix of a name is not the name */
+    assert_true(fwd_fill_forwards("Hos", 3));
+    assert_true(fwd_fill_forwards("Cookies", 7));
+}
+
+static void test_fwd_fill_fields_bounded_field_by_field(void **state)
+{
+    (void)state;
+    static const char req[] = "GET /a HTTP/1.1\r\nHost: h.example\r\n"
+                              "X-A: 0123456789\r\n"          /* 17 bytes out */
+                              "X-B: 0123456789012345\r\n"    /* 23 */
+                              "X-C: 01\r\n"                  /* 9 */
+                              "X-D: 0123456789012345678\r\n" /* 26 */
+                              "\r\n";
+    unsigned dropped = 99;
+    /* all of it */
+    assert_string_equal(fill_fields(req, 75, &dropped),
+                        "X-A: 0123456789\r\nX-B: 0123456789012345\r\nX-C: 01\r\n"
+                        "X-D: 0123456789012345678\r\n");
+    assert_int_equal(dropped, 0);
+    /* one byte short: the last is dropped whole */
+    assert_string_equal(fill_fields(req, 74, &dropped),
+                        "X-A: 0123456789\r\nX-B: 0123456789012345\r\nX-C: 01\r\n");
+    assert_int_equal(dropped, 1);
+    /* B does not fit after A, the shorter C still does */
+    assert_string_equal(fill_fields(req, 30, &dropped), "X-A: 0123456789\r\nX-C: 01\r\n");
+    assert_int_equal(dropped, 2);
+    assert_string_equal(fill_fields(req, 8, &dropped), "");
+    assert_int_equal(dropped, 4);
+    assert_string_equal(fill_fields(req, 0, &dropped), "");
+    assert_int_equal(dropped, 4);
 }
 
 static void test_fwd_request_head_field_names_case_insensitive(void **state)
@@ -906,6 +1097,11 @@ int main(void)
         cmocka_unit_test(test_fwd_request_head_conditionals_forwarded_when_passed),
         cmocka_unit_test(test_fwd_request_head_authorization_only_when_passed),
         cmocka_unit_test(test_fwd_request_head_hop_by_hop_and_others_dropped),
+        cmocka_unit_test(test_fwd_request_head_bypass_forwards_authorization_and_cookie),
+        cmocka_unit_test(test_fwd_fill_fields_end_to_end_kept_in_order),
+        cmocka_unit_test(test_fwd_fill_fields_never_forwarded),
+        cmocka_unit_test(test_fwd_fill_forwards_names),
+        cmocka_unit_test(test_fwd_fill_fields_bounded_field_by_field),
         cmocka_unit_test(test_fwd_request_head_field_names_case_insensitive),
         cmocka_unit_test(test_fwd_request_head_processed_by_chain_appended),
         cmocka_unit_test(test_fwd_request_head_processed_by_fields_merged),
