@@ -2,10 +2,11 @@
 /*
  * fetch: fills one cache chunk from the origin. It resolves the origin (unless an override
  * address is configured), refuses private addresses without allow_private, sends
- * "GET path Range: bytes=a-b" built afresh (Host, User-Agent, X-LanCache-Processed-By), checks
- * the answer (206 with the matching Content-Range, or 200 from an origin without range support,
- * whose body is skipped to the chunk), sets the object's meta, commits body bytes into the chunk
- * as they arrive and seals it. Redirects (301/302/303/307/308) are followed here, at most
+ * "GET path Range: bytes=a-b" built afresh (Host, User-Agent, the client's other fields a fill
+ * forwards, Accept-Encoding: identity, X-LanCache-Processed-By: struct origin_req), checks the
+ * answer (206 with the matching Content-Range, or one that ends early, whose rest is asked
+ * next; or 200 from an origin without range support, whose body is skipped to the chunk), sets
+ * the object's meta, commits body bytes into the chunk as they arrive and seals it. Redirects (301/302/303/307/308) are followed here, at most
  * FETCH_MAX_REDIRECTS hops (more: 502), each target host checked like a client's (authority
  * syntax, IP literals, the cache-domains lists or allow_unlisted, private addresses), and the
  * bytes are stored under the original key; a target that fails the checks (or is https) fails

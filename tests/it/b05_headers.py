@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""b05: what goes upstream (Host, X-LanCache-Processed-By, query, absolute-form), what comes back
-(hop-by-hop stripped, X-LanCache-Processed-By, X-Upstream-Cache-Status), the heartbeat."""
+"""b05: what goes upstream (Host, X-LanCache-Processed-By, query, absolute-form; the fields a fill
+forwards: c09), what comes back (hop-by-hop stripped, X-LanCache-Processed-By,
+X-Upstream-Cache-Status), the heartbeat."""
 
 import harness as H
 

@@ -221,6 +221,8 @@ class DiskMiss(Base):
         new = list(self.origin.requests)[k:]
         self.assertEqual([q.header("Range") for q in new], ["bytes=65536-131071"])
         self.assertFillFields(new[0])
+        self.assertIn("starts chunk 1 after a disk miss", self.daemon.log(),
+                      "not filled through the cache's filler")
 
 
 def route_short(test, prefix, n, most):
