@@ -6,12 +6,13 @@
  * forwards, Accept-Encoding: identity, X-LanCache-Processed-By: struct origin_req), checks the
  * answer (206 with the matching Content-Range, or one that ends early, whose rest is asked
  * next; or 200 from an origin without range support, whose body is skipped to the chunk), sets
- * the object's meta, commits body bytes into the chunk as they arrive and seals it. Redirects (301/302/303/307/308) are followed here, at most
- * FETCH_MAX_REDIRECTS hops (more: 502), each target host checked like a client's (authority
- * syntax, IP literals, the cache-domains lists or allow_unlisted, private addresses), and the
- * bytes are stored under the original key; a target that fails the checks (or is https) fails
- * the chunk with CHUNK_FAIL_PASS. Any other status also fails it with CHUNK_FAIL_PASS so that
- * its readers forward their own requests uncached.
+ * the object's meta, commits body bytes into the chunk as they arrive and seals it. Redirects
+ * (301/302/303/307/308) are followed here, at most FETCH_MAX_REDIRECTS hops (more: 502), each
+ * target host checked like a client's (authority syntax, IP literals, the cache-domains lists
+ * or allow_unlisted, private addresses), and the bytes are stored under the original key; a
+ * target that fails the checks (or is https) fails the chunk with CHUNK_FAIL_PASS. Any other
+ * status also fails it with CHUNK_FAIL_PASS so that its readers forward their own requests
+ * uncached.
  *
  * Fill policy is decided here and nowhere else: which bytes to ask the origin for and when (runs
  * of chunks, read-ahead and its cap, splitting a run for a reader waiting behind it, two-part
