@@ -56,12 +56,16 @@ enum script {
     SCRIPT_CLOSE,    /* every connection closed without an answer */
     SCRIPT_404,      /* a short error page */
     SCRIPT_STALL,    /* requests read, never answered */
+    SCRIPT_SHORT,    /* 206s of at most <cut> bytes from the start asked (RFC 9110 §15.3.7) */
 };
 
 struct req_rec {
     char path[64];
     uint64_t a, b; /* the Range asked (b as asked: may lie past the end) */
     bool has_range;
+    char xfoo[32];    /* the value of an X-Foo field, "" without */
+    bool ae_identity; /* "Accept-Encoding: identity" sent */
+    bool has_cookie;  /* a Cookie field sent */
 };
 
 struct origin_srv {
@@ -71,8 +75,10 @@ struct origin_srv {
     pthread_mutex_t mu;
     enum script script;
     uint64_t total; /* the object's length */
-    uint64_t cut;   /* SCRIPT_CUT_ONCE: body bytes sent before the cut */
+    uint64_t cut;   /* SCRIPT_CUT_ONCE: body bytes sent before the cut; SCRIPT_SHORT: the most */
     bool cut_done;
+    bool changed; /* SCRIPT_SHORT: answers after the first have another ETag */
+    int n_answers;
     struct req_rec reqs[MAX_REQS];
     int n_reqs;
     pthread_t conns[MAX_CONNS];
@@ -150,6 +156,12 @@ static void parse_req(const char *head, struct req_rec *r)
             r->b = b;
             r->has_range = true;
         }
+        if (strncasecmp(l + 2, "X-Foo: ", 7) == 0)
+            sscanf(l + 9, "%31[^\r]", r->xfoo);
+        if (strncmp(l + 2, "Accept-Encoding: identity\r\n", 27) == 0)
+            r->ae_identity = true;
+        if (strncasecmp(l + 2, "Cookie:", 7) == 0)
+            r->has_cookie = true;
     }
 }
 
@@ -161,6 +173,9 @@ static bool answer(struct origin_srv *s, int fd, const struct req_rec *r)
     bool cut = sc == SCRIPT_CUT_ONCE && !s->cut_done;
     if (cut)
         s->cut_done = true;
+    uint64_t most = s->cut;
+    const char *etag = s->changed && s->n_answers > 0 ? "\"e2\"" : "\"e1\"";
+    s->n_answers++;
     pthread_mutex_unlock(&s->mu);
     if (sc == SCRIPT_CLOSE)
         return false;
@@ -189,12 +204,14 @@ static bool answer(struct origin_srv *s, int fd, const struct req_rec *r)
         return write_all(fd, head, (size_t)n);
     }
     uint64_t b = r->b < s->total - 1 ? r->b : s->total - 1;
+    if (sc == SCRIPT_SHORT && b - r->a + 1 > most)
+        b = r->a + most - 1;
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 206 Partial Content\r\nContent-Length: %llu\r\n"
-                     "Content-Range: bytes %llu-%llu/%llu\r\nETag: \"e1\"\r\n"
+                     "Content-Range: bytes %llu-%llu/%llu\r\nETag: %s\r\n"
                      "Content-Type: application/octet-stream\r\n\r\n",
                      (unsigned long long)(b - r->a + 1), (unsigned long long)r->a,
-                     (unsigned long long)b, (unsigned long long)s->total);
+                     (unsigned long long)b, (unsigned long long)s->total, etag);
     if (!write_all(fd, head, (size_t)n))
         return false;
     if (cut) {
@@ -727,12 +744,80 @@ static void test_a_cut_answer_is_resumed_from_the_byte_reached(void **state)
     assert_int_equal(reqs[1].b, CS - 1);
 }
 
+static void test_a_short_206_is_completed_by_asking_for_the_rest(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 2 * CS + 5;
+    srv_script(&f->srv, SCRIPT_SHORT, total);
+    f->srv.cut = 100000; /* CS is 262144: three answers for chunk 0, the last ending with it */
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 3);
+    for (int i = 0; i < 3; i++) { /* each asks the rest of the chunk from where the last ended */
+        assert_int_equal(reqs[i].a, (uint64_t)i * 100000);
+        assert_int_equal(reqs[i].b, CS - 1);
+    }
+    assert_int_equal(g_stats.fetch_short, 2);
+    assert_int_equal(g_stats.fetch_resumed, 0); /* not a fault */
+    assert_int_equal(g_stats.fetch_failed, 0);
+    assert_int_equal(g_stats.fetches, 1);
+}
+
+static void test_a_short_206_of_another_version_next_fails_the_chunk(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_SHORT, total);
+    f->srv.cut = 100000;
+    f->srv.changed = true; /* the rest comes with another ETag */
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck), CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 2);
+    assert_int_equal(g_stats.fetch_short, 1);
+}
+
+static void test_every_request_of_a_fill_carries_the_readers_fields(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 2 * CS;
+    srv_script(&f->srv, SCRIPT_CUT_ONCE, total);
+    f->srv.cut = 1000;
+    struct origin_req o = origin_for("origin.test", "/obj");
+    o.fields = "X-Foo: bar\r\nAccept-Language: de\r\n";
+    o.fields_len = strlen(o.fields);
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck, total - 1, &o, false); /* read-ahead: chunk 1 */
+    RUN_UNTIL(f, fetch_live() == 0);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 3); /* chunk 0, its resumption, chunk 1 */
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(reqs[i].xfoo, "bar");
+        assert_true(reqs[i].ae_identity);
+        assert_false(reqs[i].has_cookie);
+    }
+    assert_int_equal(g_stats.fetch_resumed, 1);
+}
+
 static void test_a_redirect_is_followed_and_stored_under_the_first_key(void **state)
 {
     struct fx *f = *state;
     uint64_t total = CS + 10;
     srv_script(&f->srv, SCRIPT_REDIRECT, total);
     struct origin_req o = origin_for("origin.test", "/r");
+    o.fields = "X-Foo: hop\r\n";
+    o.fields_len = strlen(o.fields);
     struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
     RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
     assert_chunk_bytes(f, ck, total); /* under KEY, though its bytes came from /obj */
@@ -741,6 +826,8 @@ static void test_a_redirect_is_followed_and_stored_under_the_first_key(void **st
     assert_int_equal(srv_requests(&f->srv, reqs), 2);
     assert_string_equal(reqs[0].path, "/r");
     assert_string_equal(reqs[1].path, "/obj");
+    assert_string_equal(reqs[0].xfoo, "hop"); /* the redirect's target is asked with them too */
+    assert_string_equal(reqs[1].xfoo, "hop");
     assert_int_equal(reqs[1].a, 0);
     assert_int_equal(reqs[1].b, CS - 1);
 }
@@ -890,6 +977,9 @@ int main(void)
         T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
         T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),
         T(test_a_cut_answer_is_resumed_from_the_byte_reached),
+        T(test_a_short_206_is_completed_by_asking_for_the_rest),
+        T(test_a_short_206_of_another_version_next_fails_the_chunk),
+        T(test_every_request_of_a_fill_carries_the_readers_fields),
         T(test_a_redirect_is_followed_and_stored_under_the_first_key),
         T(test_an_origin_without_ranges_fills_every_chunk_from_one_answer),
         T(test_a_failure_reaches_every_waiter),
