@@ -3,8 +3,9 @@
  * libFuzzer target: request heads (http1's strict pre-validation over http-parser), then what
  * the daemon does with an accepted head: the authority, loop detection and the upstream request.
  * Invariants checked beyond "no crash, no sanitizer report": a head length within the input,
- * every span inside the head, no prefix of an accepted head refused, and an upstream request that
- * never carries a CR or LF outside its line ends.
+ * every span inside the head, no prefix of an accepted head refused, an upstream request that
+ * never carries a CR or LF outside its line ends, and fill fields that are whole lines of
+ * fields a fill may forward, within their bound.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +33,22 @@ static void check_upstream_head(const char *out, size_t n)
     }
     ASSERT(n >= 4 && memcmp(out + n - 4, "\r\n\r\n", 4) == 0);
     ASSERT(memmem(out, n, "\r\n\r\n", 4) == out + n - 4);
+}
+
+/* fwd_fill_fields: "Name: value" CRLF lines only, each name one a fill forwards. */
+static void check_fill_fields(const char *out, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        const char *eol = memmem(out + i, n - i, "\r\n", 2);
+        ASSERT(eol != NULL);
+        size_t len = (size_t)(eol - (out + i));
+        const char *colon = memchr(out + i, ':', len);
+        ASSERT(colon != NULL && colon > out + i);
+        ASSERT(fwd_fill_forwards(out + i, (size_t)(colon - (out + i))));
+        ASSERT(memchr(out + i, '\r', len) == NULL && memchr(out + i, '\n', len) == NULL);
+        i += len + 2;
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -83,5 +100,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t m = fwd_request_head(buf, &req, &auth, &o, out, sizeof(out));
     if (m > 0)
         check_upstream_head(out, m);
+    unsigned dropped;
+    size_t k = fwd_fill_fields(buf, &req, out, FWD_FILL_FIELDS_MAX, &dropped);
+    ASSERT(k <= FWD_FILL_FIELDS_MAX && dropped <= req.n_fields);
+    check_fill_fields(out, k);
     return 0;
 }
