@@ -36,8 +36,9 @@ size_t fwd_request_head(const char *hbuf, const struct h1_req *req, const struct
  * forwards, as "Name: value\r\n" lines in the order received, written to <out> (at most <cap>
  * bytes; the result is not NUL-terminated). Everything end-to-end goes, except what would make
  * a shared object depend on one client or steer how the request is handled on the way:
- * hop-by-hop fields (h1_is_hop_by_hop, and every Proxy-*), Host and Content-Length (a fill is a
- * GET of its own, without a body), Range (the fill's own), every If-* (fills are
+ * hop-by-hop fields (h1_is_hop_by_hop, and every Proxy-*) and an upgrade's handshake
+ * (HTTP2-Settings, Sec-WebSocket-*: an upgrade is never forwarded), Host and Content-Length (a fill
+ * is a GET of its own, without a body), Range (the fill's own), every If-* (fills are
  * unconditional), Authorization and Cookie (personal), Accept-Encoding (a fill asks for the
  * identity encoding, the one every client can read), Forwarded, X-Forwarded-*, X-Original-URL,
  * X-Rewrite-URL, X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, Max-Forwards and

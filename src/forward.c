@@ -128,8 +128,9 @@ static bool has_prefix(const char *s, size_t len, const char *prefix)
 
 /* What a fill never forwards (fwd_fill_fields, forward.h says why), by name and by prefix. */
 static const char *const never_filled[] = {
-    /* hop-by-hop (and whatever a Connection field names: h1_is_hop_by_hop) */
-    "Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+    /* hop-by-hop (and whatever a Connection field names: h1_is_hop_by_hop); an upgrade's
+     * handshake fields (Sec-WebSocket-* too): an upgrade is never forwarded */
+    "Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade", "HTTP2-Settings",
     /* the fill's own: a GET without a body, its Range, fields written by fetch */
     "Host", "Content-Length", "Range", "User-Agent", "X-LanCache-Processed-By",
     /* personal, or one encoding for every client */
@@ -137,7 +138,8 @@ static const char *const never_filled[] = {
     /* what steers where or how the request is handled on the way */
     "Forwarded", "X-Original-URL", "X-Rewrite-URL", "X-HTTP-Method-Override", "X-HTTP-Method",
     "X-Method-Override", "Max-Forwards", "Expect"};
-static const char *const never_filled_prefix[] = {"If-", "Proxy-", "X-Forwarded-"};
+static const char *const never_filled_prefix[] = {"If-", "Proxy-", "X-Forwarded-",
+                                                  "Sec-WebSocket-"};
 
 bool fwd_fill_forwards(const char *name, size_t len)
 {

@@ -27,6 +27,7 @@ CLIENT = [("X-Foo", "bar baz"), ("Accept-Language", "de-DE, en;q=0.5"),
 # Fields the client sends that a fill must not pass on, by name.
 FORBIDDEN = [("Connection", "keep-alive, X-Hop"), ("X-Hop", "1"), ("Keep-Alive", "timeout=5"),
              ("TE", "trailers"), ("Trailer", "X-Sum"), ("Upgrade", "h2c"),
+             ("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZQ=="),
              ("Proxy-Authorization", "Basic Zm9vOmJhcg=="), ("Proxy-Foo", "1"),
              ("If-None-Match", '"nope"'), ("If-Modified-Since", "Sat, 01 Jan 2000 00:00:00 GMT"),
              ("If-Range", '"other"'), ("If-Whatever", "1"),

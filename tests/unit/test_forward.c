@@ -335,6 +335,9 @@ static void test_fwd_fill_fields_never_forwarded(void **state)
                                 "TE: trailers\r\n"
                                 "Trailer: X-Sum\r\n"
                                 "Upgrade: h2c\r\n"
+                                "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+                                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                "sec-websocket-version: 13\r\n"
                                 "Proxy-Connection: keep-alive\r\n"
                                 "Proxy-Authorization: Basic x\r\n"
                                 "Proxy-Anything: 1\r\n"
@@ -385,7 +388,8 @@ static void test_fwd_fill_forwards_names(void **state)
                                       "Forwarded-X",
                                       "Cookie2x",
                                       "X-Upstream-Cache-Status",
-                                      "Content-Type"};
+                                      "Content-Type",
+                                      "Sec-Fetch-Mode"};
     static const char *const no[] = {"host",
                                      "CONTENT-LENGTH",
                                      "range",
@@ -412,7 +416,10 @@ static void test_fwd_fill_forwards_names(void **state)
                                      "te",
                                      "trailer",
                                      "transfer-encoding",
-                                     "upgrade"};
+                                     "upgrade",
+                                     "HTTP2-Settings",
+                                     "Sec-WebSocket-Key",
+                                     "Sec-WebSocket-Protocol"};
     for (size_t i = 0; i < ARRAY_SIZE(yes); i++)
         if (!fwd_fill_forwards(yes[i], strlen(yes[i])))
             fail_msg("%s not forwarded", yes[i]);
