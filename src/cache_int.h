@@ -53,6 +53,7 @@ struct chunk {
     uint64_t origin_off;       /* while loading: where in it that reader starts */
     struct store_job *store;   /* its file is being written (the job holds a ref) */
     uint64_t mem;              /* bytes accounted to the memory budget */
+    struct answer *answer;     /* ref: the origin's answer it failed with (CHUNK_FAIL_PASS) */
 };
 
 #endif
