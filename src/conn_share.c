@@ -11,9 +11,10 @@
  *
  * begin() queues the head as the pass path would forward the origin's (fwd_response_head:
  * hop-by-hop fields removed, the origin's Date kept or ours added, X-LanCache-* set, cache
- * status MISS, or BYPASS for ?nocache=), framed by the exact length read (Content-Length), then
- * step() sends the body straight from the answer's memory, CONN_SEND_MAX a call and
- * CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets the head alone.
+ * status MISS, also for ?nocache=, as the pass path says), framed by the exact length read
+ * (Content-Length), then step() sends the body straight from the answer's memory, CONN_SEND_MAX
+ * a call and CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets the head
+ * alone.
  */
 #include <errno.h>
 #include <string.h>
@@ -36,7 +37,7 @@ static void share_begin(struct conn *c)
     const char *hbuf;
     const struct h1_resp *resp = answer_head(c->shared, &hbuf);
     struct fwd_resp_opts o = {.hostname = g_cfg->hostname,
-                              .cache_status = c->force ? "BYPASS" : "MISS",
+                              .cache_status = "MISS", /* (as the pass path says) */
                               .client_minor = c->req.version_minor,
                               .head_req = c->head_req,
                               .keep_alive = c->keep_alive && !c->draining,

@@ -30,10 +30,12 @@ class Held:
 
 
 class Uncacheable(H.CPTestCase):
-    def start(self, **cache):
+    def start(self, upstream=None, **cache):
         over = {"server": {"admin_listen": "auto"}}
         if cache:
             over["cache"] = cache
+        if upstream:
+            over["upstream"] = upstream
         return self.setup_proxy(over)
 
     def origin_count(self, prefix):
@@ -173,6 +175,36 @@ class Uncacheable(H.CPTestCase):
             self.assertEqual(bytes(r.body), body)
         self.assertEqual(self.origin_count("/c10/big"), 4)  # the fill's, then one each
         self.assertGreaterEqual(self.daemon.metrics().get("cacheparty_answer_fallbacks_total"), 1)
+
+    def test_stalled_answer_is_504_for_every_waiter(self):
+        """An uncacheable answer whose body stops coming: after read_timeout every waiter gets
+        504 (none gets a cut body that looks complete), and nobody asks the origin again."""
+        self.start(upstream={"read_timeout": "1s"})
+
+        def answer(ex):
+            ex.send_head(404, [("Content-Length", "1000"), ("X-Custom", "c10-stall")])
+            ex.write(b"x" * 10)
+            ex.stall()
+        held = Held(answer)
+        self.origin.route("/c10/stall", held)
+        rs = self.waiters("/c10/stall/x", 3, held)
+        for r in rs:
+            self.assertStatus(r, 504)
+            self.assertIsNone(r.header("X-Custom"))
+        self.assertEqual(self.origin_count("/c10/stall"), 1)
+
+    def test_nocache_waiters_share_the_answer(self):
+        """Refetches (?nocache=) of one chunk share one fill, so its uncacheable answer too; it
+        says MISS, as a forwarded answer does."""
+        self.start()
+        body, held = self.error_page(404, "c10-nc")
+        self.origin.route("/c10/nc", held)
+        rs = self.waiters("/c10/nc/x?nocache=1", 3, held)
+        for r in rs:
+            self.assertStatus(r, 404)
+            self.assertEqual(bytes(r.body), body)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.assertEqual(self.origin_count("/c10/nc"), 1)
 
     def chunked_norange(self, ex):
         """An origin that ignores Range and sends its objects chunked, without a length."""
