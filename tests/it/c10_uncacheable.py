@@ -282,5 +282,33 @@ class Uncacheable(H.CPTestCase):
                      what="answer memory returned")
 
 
+    def test_every_waiter_leaves_the_answer_is_freed(self):
+        """The fill goes on without its readers (it holds none of them): its answer is read,
+        nobody takes it, and all of it is freed."""
+        self.start()
+        n = 300 * H.KIB
+        target = "/c10/gone/size/%d" % n
+        body = H.content(target, 0, n)
+
+        def answer(ex):
+            ex.send(200, body, close=True)
+        held = Held(answer)
+        self.origin.route("/c10/gone", held)
+        cs = []
+        for _ in range(3):
+            c = self.client(timeout=30)
+            self.wait_taken(c, target)
+            cs.append(c)
+        for c in cs:
+            c.close()
+        held.release.set()
+        self.daemon.settle_fetches()
+        H.wait_until(lambda: self.daemon.metrics().get("cacheparty_answer_bytes") == 0,
+                     10 * H.SLOW, what="answer memory returned")
+        self.assertEqual(self.origin_count("/c10/gone"), 1)
+        r = self.get(target)
+        self.assertEqual(bytes(r.body), body)
+        self.assertEqual(self.origin_count("/c10/gone"), 2)
+
 if __name__ == "__main__":
     raise SystemExit(H.main())
