@@ -206,6 +206,25 @@ class Uncacheable(H.CPTestCase):
             self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
         self.assertEqual(self.origin_count("/c10/nc"), 1)
 
+    def test_error_page_longer_than_the_bound_each_forwards(self):
+        """A Content-Length past the bound: the fill does not read it; each waiter forwards its
+        own request and gets the whole answer."""
+        self.start()
+        body = b"e" * (2 * H.MIB)
+
+        def answer(ex):
+            ex.send(503, body, [("X-Custom", "c10-long")])
+        held = Held(answer)
+        self.origin.route("/c10/long", held)
+        rs = self.waiters("/c10/long/x", 3, held)
+        for r in rs:
+            self.assertStatus(r, 503)
+            self.assertEqual(bytes(r.body), body)
+            self.assertEqual(r.header("X-Custom"), "c10-long")
+        self.assertEqual(self.origin_count("/c10/long"), 4)
+        self.assertEqual(self.daemon.metrics().get("cacheparty_answer_fallbacks_total"), 1)
+        self.assertEqual(self.daemon.metrics().get("cacheparty_answers_shared_total", 0), 0)
+
     def chunked_norange(self, ex):
         """An origin that ignores Range and sends its objects chunked, without a length."""
         m = H.SIZE_RE.search(ex.req.path)
