@@ -31,11 +31,11 @@ class Held:
 
 class Uncacheable(H.CPTestCase):
     def start(self, upstream=None, **cache):
-        over = {"server": {"admin_listen": "auto"}}
+        # The origin holds its answers while the clients come in: far from first_byte_timeout.
+        over = {"server": {"admin_listen": "auto"},
+                "upstream": dict({"first_byte_timeout": "30s"}, **(upstream or {}))}
         if cache:
             over["cache"] = cache
-        if upstream:
-            over["upstream"] = upstream
         return self.setup_proxy(over)
 
     def origin_count(self, prefix):
