@@ -47,6 +47,7 @@ struct cache;
 struct chunk; /* opaque: see the reader and filler APIs below */
 struct origin_req;
 struct objhead;
+struct answer;
 
 /*
  * What an object looks like (from the origin's first answer or a chunk file header). The
@@ -81,7 +82,8 @@ enum chunk_fail {
     CHUNK_FAIL_ORIGIN,    /* origin unreachable, invalid or cut short */
     CHUNK_FAIL_TIMEOUT,   /* origin timeout */
     CHUNK_FAIL_FORBIDDEN, /* origin not allowed (private address) */
-    CHUNK_FAIL_PASS,      /* the origin answered something uncacheable: forward the request */
+    CHUNK_FAIL_PASS,      /* the origin answered something uncacheable: answer the request from
+                             that answer (cache_chunk_answer), or else forward it */
     CHUNK_FAIL_CHANGED    /* the object changed at the origin while this chunk filled */
 };
 
@@ -271,6 +273,12 @@ void cache_chunk_seal(struct chunk *ck);
 /* Wakes the chunk's waiters (soon, not from inside) though nothing changed: they look again. */
 void cache_chunk_poke(struct chunk *ck);
 void cache_chunk_failed(struct chunk *ck, enum chunk_fail why);
+/* Fails <ck> (FILLING) with CHUNK_FAIL_PASS and the origin's answer <a> (complete; the chunk takes
+ * a ref on it): its readers are answered from it instead of sending their requests again. */
+void cache_chunk_failed_answer(struct chunk *ck, struct answer *a);
+/* The answer <ck> failed with (borrowed while the chunk ref is held), or NULL (for CHUNK_FAIL_PASS:
+ * the reader forwards its own request). */
+struct answer *cache_chunk_answer(const struct chunk *ck);
 
 /*
  * Removes every chunk of object <key> ("identifier\npath"): from memory (readers in flight keep

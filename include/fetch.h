@@ -11,8 +11,12 @@
  * target host checked like a client's (authority syntax, IP literals, the cache-domains lists
  * or allow_unlisted, private addresses), and the bytes are stored under the original key; a
  * target that fails the checks (or is https) fails the chunk with CHUNK_FAIL_PASS. Any other
- * status also fails it with CHUNK_FAIL_PASS so that its readers forward their own requests
- * uncached.
+ * status also fails it with CHUNK_FAIL_PASS: with the answer itself, read into memory (up to
+ * 1 MiB, or the chunk size when larger), so that every reader waiting on the fill is answered
+ * from that one origin request (cache_chunk_answer); a longer body (or a 206/416, which answers
+ * the fill's own Range) without it, and its readers forward their own requests uncached. A
+ * chunked 200 (an origin that ignores Range, without a length) is read the same way and,
+ * complete within that bound, stored as the object.
  *
  * Fill policy is decided here and nowhere else: which bytes to ask the origin for and when (runs
  * of chunks, read-ahead and its cap, splitting a run for a reader waiting behind it, two-part

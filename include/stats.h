@@ -73,6 +73,13 @@
       "runs cut so that a reader deep inside gets its own fetch")                                  \
     X(fetch_two_part, counter, NULL, NULL,                                                         \
       "chunks filled in two parts for a reader starting deep inside")                              \
+    X(answers_shared, counter, NULL, NULL,                                                         \
+      "requests answered from an uncacheable origin answer shared by the waiters of one fill")     \
+    X(answer_fallbacks, counter, NULL, NULL,                                                       \
+      "uncacheable answers too large to share: their waiters forwarded their own requests")        \
+    X(fetch_chunked_stored, counter, NULL, NULL,                                                   \
+      "chunked 200 answers of origins that ignore Range, read whole and stored")                   \
+    X(answer_bytes, gauge, NULL, NULL, "bytes of uncacheable origin answers held to share")        \
     X(dns_queries, counter, NULL, NULL, "DNS queries sent")                                        \
     X(dns_cache_hits, counter, NULL, NULL, "name lookups answered from the DNS cache")             \
     X(dns_failures, counter, "errors_total", "dns", "name lookups that failed")                    \

@@ -35,6 +35,7 @@
 
 #include <ev.h>
 
+#include "answer.h"
 #include "config.h"
 #include "cache_int.h"
 #include "diskidx.h"
@@ -446,6 +447,7 @@ void cache_chunk_unref(struct chunk **ckp)
     if (ck->fd >= 0)
         close(ck->fd);
     cache_meta_clear(&ck->meta);
+    answer_unref(&ck->answer);
     free(ck->origin);
     free(ck->key);
     ck->magic = 0;
@@ -1294,6 +1296,20 @@ void cache_chunk_failed(struct chunk *ck, enum chunk_fail why)
     ck->filler = NULL;
     chunk_notify(ck);
     table_remove(ck->cache, ck);
+}
+
+void cache_chunk_failed_answer(struct chunk *ck, struct answer *a)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(ck->answer == NULL && answer_complete(a));
+    ck->answer = answer_ref(a);
+    cache_chunk_failed(ck, CHUNK_FAIL_PASS);
+}
+
+struct answer *cache_chunk_answer(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->answer;
 }
 
 /* ---- accessors ----------------------------------------------------------------------------- */

@@ -120,7 +120,8 @@ struct chunk {
     /* ref: which of its bytes were delivered once (shared with the other chunks holding the
      * same bytes, see cache_seen.c); NULL: all of them (a file of an earlier run). */
     struct chunk_seen *seen;
-    bool evicted; /* left the table by eviction (its record is kept for its file) */
+    bool evicted;          /* left the table by eviction (its record is kept for its file) */
+    struct answer *answer; /* ref: the origin's answer it failed with (CHUNK_FAIL_PASS) */
 };
 
 #endif

@@ -10,6 +10,7 @@
  * | STREAM     | pass: body bytes from upstream, or room for them   | send (if output left) |
  * | CACHE_HEAD | cache: the first chunk's meta (memory, disk, fill) | send (if output left) |
  * | CACHE_BODY | cache: chunk bytes, or room in the socket for them | send (if output left) |
+ * | SHARE      | share: room in the socket for a shared answer      | send (if output left) |
  * | FLUSH      | <out> to drain, then close                         | send                  |
  * | LINGER     | our side shut down: the client's EOF (its bytes    | CONN_LINGER_S         |
  * |            | are read and dropped), then close                  |                       |
@@ -18,10 +19,11 @@
  * Two responders answer a request once its head is parsed and admitted (struct conn_responder,
  * conn_int.h): the pass-through path (conn_pass.c: RESOLVE, UPSTREAM, STREAM) and the cache path
  * (conn_cache.c: CACHE_HEAD, CACHE_BODY; it hands a request over to the pass path when the
- * answer cannot be cached). conn.c keeps the rest: the state machine and its transition table
- * (conn_set_state), the socket I/O, the timer, keep-alive and pipelining, local responses and the
- * access log line. A responder's states are stepped through its step(); its state is dropped by
- * its reset() when the request ends, however it ends.
+ * answer cannot be cached, or to the share path, conn_share.c: SHARE, when the fill it waited
+ * on brought an uncacheable answer for all its readers). conn.c keeps the rest: the state machine
+ * and its transition table (conn_set_state), the socket I/O, the timer, keep-alive and pipelining,
+ * local responses and the access log line. A responder's states are stepped through its step(); its
+ * state is dropped by its reset() when the request ends, however it ends.
  *
  * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
  * conn_update_io() alone decides watcher interest and conn_update_timer() the one timer. A
@@ -85,12 +87,13 @@ static const unsigned conn_next[] = {
     [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
                         CONN_TO(CONN_S_CLOSING),
     [CONN_S_STREAM] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
-    /* (RESOLVE: handed over to the pass path) */
+    /* (RESOLVE: handed over to the pass path; SHARE: to the share path) */
     [CONN_S_CACHE_HEAD] = CONN_TO(CONN_S_CACHE_BODY) | CONN_TO(CONN_S_RESOLVE) |
-                          CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
-                          CONN_TO(CONN_S_CLOSING),
+                          CONN_TO(CONN_S_SHARE) | CONN_TO(CONN_S_READ_HEAD) |
+                          CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_CACHE_BODY] =
         CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+    [CONN_S_SHARE] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_FLUSH] = CONN_TO(CONN_S_LINGER) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_LINGER] = CONN_TO(CONN_S_CLOSING),
     [CONN_S_CLOSING] = 0,

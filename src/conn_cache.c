@@ -29,6 +29,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 
+#include "answer.h"
 #include "cache.h"
 #include "config.h"
 #include "conn_int.h"
@@ -458,11 +459,16 @@ static bool head_step(struct conn *c)
         c->first_miss = c->first_miss && cache_chunk_is_miss(ck);
     if (cst == CHUNK_S_FAILED) {
         enum chunk_fail why = cache_chunk_fail_cause(ck);
+        if (why == CHUNK_FAIL_PASS && cache_chunk_answer(ck) != NULL) {
+            ASSERT(c->shared == NULL);
+            c->shared = answer_ref(cache_chunk_answer(ck));
+        }
         drop_chunk(c);
         switch (why) {
         case CHUNK_FAIL_PASS:
-            /* uncacheable answer: forward this request as it is */
-            conn_hand_over(c, &conn_pass_responder);
+            /* Uncacheable: answered from the fill's answer when it brought one for its readers
+             * (taken before drop_chunk let go of it), else this request is forwarded as it is. */
+            conn_hand_over(c, c->shared != NULL ? &conn_share_responder : &conn_pass_responder);
             break;
         case CHUNK_FAIL_FORBIDDEN:
             conn_local_response(c, 403, false, NULL);

@@ -20,6 +20,7 @@
 #include "forward.h"
 #include "http1.h"
 
+struct answer;
 struct conn_parts;
 struct resolver_query;
 struct upstream;
@@ -43,7 +44,7 @@ struct upstream;
 #define CONN_LINGER_MAX (256 * 1024)
 
 /* The states (conn.c's table says what each waits for; RESOLVE..STREAM belong to the pass
- * responder, CACHE_HEAD and CACHE_BODY to the cache responder). */
+ * responder, CACHE_HEAD and CACHE_BODY to the cache responder, SHARE to the share responder). */
 #define CONN_STATES(X)                                                                             \
     X(CONN_S_READ_HEAD)                                                                            \
     X(CONN_S_RESOLVE)                                                                              \
@@ -51,6 +52,7 @@ struct upstream;
     X(CONN_S_STREAM)                                                                               \
     X(CONN_S_CACHE_HEAD)                                                                           \
     X(CONN_S_CACHE_BODY)                                                                           \
+    X(CONN_S_SHARE)                                                                                \
     X(CONN_S_FLUSH)                                                                                \
     X(CONN_S_LINGER)                                                                               \
     X(CONN_S_CLOSING)
@@ -129,6 +131,9 @@ struct conn {
     uint64_t pos;            /* next object byte to send */
     uint64_t end;            /* last object byte to send (inclusive) */
     struct conn_parts *mp;   /* owns: a multipart answer's parts (pos, end: the current one) */
+
+    /* The shared-answer path (conn_share.c). */
+    struct answer *shared; /* ref: the fill's uncacheable answer this request is answered from */
 };
 
 extern const char *const conn_state_names[];
@@ -154,6 +159,7 @@ struct conn_responder {
 
 extern const struct conn_responder conn_pass_responder;  /* conn_pass.c */
 extern const struct conn_responder conn_cache_responder; /* conn_cache.c */
+extern const struct conn_responder conn_share_responder; /* conn_share.c */
 
 /* ---- the service API of conn.c, for the responders ---- */
 

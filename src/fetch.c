@@ -9,8 +9,12 @@
  * | WAIT_HEAD        | the response head (connect, send, answer) | chunk refs, upstream          |
  * | BODY             | body bytes, committed into the chunks     | chunk refs, upstream          |
  * | MEMORY           | room for the current chunk (reads paused) | + mem waiter, its timer       |
- * | DRAIN_PASS       | the end of a short uncacheable answer     | chunk refs, upstream          |
- * | DRAIN_REDIRECT   | the end of a redirect's short body        | chunk refs, upstream, Location|
+ * | DRAIN_PASS       | the end of an uncacheable answer, read    | chunk refs, upstream, answer  |
+ * |                  | into memory to share (or a short one away)|                               |
+ * | BUFFER           | the end of a chunked 200 (no Range), read | chunk refs, upstream, answer  |
+ * |                  | into memory, then stored (or shared)      |                               |
+ * | DRAIN_REDIRECT   | the end of a redirect's short body (kept  | chunk refs, upstream, Location|
+ * |                  | as the answer until its target is routed) | answer                        |
  * | DONE             | -: every chunk sealed or failed, freed    | -                             |
  * fetch_set_state() is the one setter (it checks the transition, see fetch_next_ok); a redirect
  * goes back to RESOLVE or WAIT_HEAD towards its target, and a resumption to WAIT_HEAD.
@@ -32,6 +36,17 @@
  * chunk seals it. A part that fails fails the chunk; the other part's fetch then reads its bytes
  * away. The two answers must be the same version (cache_chunk_set_meta refuses another), so a chunk
  * never holds bytes of two versions.
+ *
+ * One origin request per uncacheable answer: what a fill's request brings that cannot be cached
+ * (a 404, a 5xx, a redirect not followed, a 200 of unknown length...) is read into an answer
+ * (answer.h) of at most share_bound() bytes, and its chunks fail with it
+ * (cache_chunk_failed_answer): every reader waiting on them is answered from that one answer
+ * (conn_share.c). A body that does not fit (a Content-Length past the bound, or more bytes than the
+ * bound before its end) is not shared: the chunks fail with CHUNK_FAIL_PASS alone and each reader
+ * forwards its own request. A 206 or 416 answers the fill's own Range, not the readers' requests:
+ * never shared. A chunked 200 (an origin that ignores Range and does not say the length) is read
+ * the same way (BUFFER) and, complete within the bound, stored as the object (store_whole); a
+ * close-delimited one is only shared, never stored (its end cannot be told from a cut).
  */
 #include "fetch.h"
 
@@ -44,6 +59,7 @@
 #include <ev.h>
 
 #include "admit.h"
+#include "answer.h"
 #include "cache.h"
 #include "config.h"
 #include "log.h"
@@ -64,7 +80,8 @@
     X(FETCH_S_WAIT_HEAD)      /* an upstream request runs: waiting for its head */                 \
     X(FETCH_S_BODY)           /* committing its body into the chunks */                            \
     X(FETCH_S_MEMORY)         /* body paused until the current chunk gets memory */                \
-    X(FETCH_S_DRAIN_PASS)     /* reading away a short uncacheable answer, then PASS */             \
+    X(FETCH_S_DRAIN_PASS)     /* reading an uncacheable answer (to share), then PASS */            \
+    X(FETCH_S_BUFFER)         /* reading a chunked 200 whole, then storing it */                   \
     X(FETCH_S_DRAIN_REDIRECT) /* reading away a redirect's short body, then following it */        \
     X(FETCH_S_DONE)           /* finished: being freed */
 
@@ -126,6 +143,7 @@ struct fetch {
     size_t key_len;
     struct chunk *head_ck; /* ref: a chunk whose head part [0, head_off) is not asked yet */
     uint64_t head_off;
+    struct answer *ans; /* ref: the answer being read to share or store (DRAIN_*, BUFFER) */
 };
 
 static struct fetch_ctx *fctx;
@@ -145,12 +163,13 @@ static bool fetch_next_ok(enum fetch_state from, enum fetch_state to)
         return to == FETCH_S_WAIT_HEAD;
     case FETCH_S_WAIT_HEAD: /* (a redirect followed at once, or a resumption asked again) */
         return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD || to == FETCH_S_BODY ||
-               to == FETCH_S_DRAIN_PASS || to == FETCH_S_DRAIN_REDIRECT;
+               to == FETCH_S_DRAIN_PASS || to == FETCH_S_DRAIN_REDIRECT || to == FETCH_S_BUFFER;
     case FETCH_S_BODY:
         return to == FETCH_S_MEMORY || to == FETCH_S_WAIT_HEAD;
     case FETCH_S_MEMORY:
         return to == FETCH_S_BODY || to == FETCH_S_WAIT_HEAD;
     case FETCH_S_DRAIN_PASS:
+    case FETCH_S_BUFFER:
         return false;
     case FETCH_S_DRAIN_REDIRECT:
         return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD;
@@ -314,6 +333,7 @@ static void fetch_free(struct fetch *f)
     free(f->fields);
     free(f->key);
     cache_meta_clear(&f->meta);
+    answer_unref(&f->ans);
     f->magic = 0;
     free(f);
 }
@@ -336,9 +356,12 @@ static bool part_is_past_end(const struct fetch *f)
 
 static void release_head_part(struct fetch *g);
 
-/* The end: chunks from cur on are sealed (why == NONE, only when complete) or failed. */
+/* The end: chunks from cur on are sealed (why == NONE, only when complete) or failed; failed
+ * with CHUNK_FAIL_PASS and a complete f->ans, they carry that answer to their readers. */
 static void fetch_finish(struct fetch *f, enum chunk_fail why)
 {
+    struct answer *ans =
+        why == CHUNK_FAIL_PASS && f->ans != NULL && answer_complete(f->ans) ? f->ans : NULL;
     for (size_t i = 0; i < f->n; i++) {
         struct chunk *ck = f->cks[i];
         if (ck == NULL)
@@ -347,6 +370,8 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
             if (why == CHUNK_FAIL_NONE && cache_chunk_meta(ck) != NULL &&
                 cache_chunk_len(ck) == cache_chunk_cap(ck))
                 cache_chunk_seal(ck);
+            else if (ans != NULL) /* every reader is answered from the one answer */
+                cache_chunk_failed_answer(ck, ans);
             else /* this fetch's part is missing (the other part's fetch sees it fail) */
                 cache_chunk_failed(ck, why == CHUNK_FAIL_NONE ? CHUNK_FAIL_ORIGIN : why);
         }
@@ -546,6 +571,29 @@ static void note_past_end(struct fetch *f, const char *buf, const struct h1_resp
         cache_chunk_unsplit(ck); /* the other part fills it to its end */
 }
 
+/*
+ * How large an answer a fill reads into memory to share with its readers (or, a chunked 200, to
+ * store): FETCH_SHARE_MIN, or the chunk size when it is larger (answer.h bounds them all
+ * together).
+ */
+#define FETCH_SHARE_MIN (1024 * 1024)
+static size_t share_bound(const struct fetch *f)
+{
+    uint64_t cs = chunk_size(f->cks[f->cur]);
+    return cs > FETCH_SHARE_MIN ? (size_t)cs : FETCH_SHARE_MIN;
+}
+
+/* Reads the answer whose head is <buf>/<resp> into f->ans, in state <st>. */
+static void start_answer(struct fetch *f, const char *buf, const struct h1_resp *resp,
+                         enum fetch_state st)
+{
+    ASSERT(f->ans == NULL);
+    f->ans = answer_new(buf, resp, share_bound(f));
+    if (resp->framing == H1_BODY_NONE)
+        answer_end(f->ans); /* (no body follows: upstream ends it at once) */
+    fetch_set_state(f, st);
+}
+
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
 {
     struct fetch *f = arg;
@@ -600,6 +648,26 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             f->key = xstrndup(key, key_len);
             f->key_len = key_len;
         }
+    } else if (resp->status == 200 && resp->framing == H1_BODY_CHUNKED && !f->resumed) {
+        /* No range support and no length: the whole object, read into memory (within
+         * share_bound) and stored once its last chunk arrived (store_whole). */
+        norange_note(f, true);
+        cache_meta_clear(&f->meta);
+        f->meta = m; /* (its length is known at the end) */
+        /* Its fields, as for any stored answer; without them it is shared, never stored. */
+        if (!meta_fits || objhead_from_response(buf, resp, f->sent_at, (int64_t)ev_now(fctx->loop),
+                                                &f->meta.head) < 0)
+            f->meta.head = NULL;
+        struct chunk *hk = f->head_ck;
+        if (hk != NULL) {
+            /* A two-part chunk whose head part is not asked yet: this answer brings all of it. */
+            f->head_ck = NULL;
+            if (cache_chunk_state(hk) == CHUNK_S_FILLING && cache_chunk_is_split(hk))
+                cache_chunk_unsplit(hk);
+            cache_chunk_unref(&hk);
+        }
+        start_answer(f, buf, resp, FETCH_S_BUFFER);
+        return;
     } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
                                resp->status == 307 || resp->status == 308)) {
         char loc[CHUNKFILE_KEY_MAX];
@@ -614,7 +682,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->location = xstrdup(loc);
         if (resp->framing == H1_BODY_NONE ||
             (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
-            fetch_set_state(f, FETCH_S_DRAIN_REDIRECT); /* followed once its body is read away */
+            /* Followed once its body is read; kept as the readers' answer should it not be. */
+            start_answer(f, buf, resp, FETCH_S_DRAIN_REDIRECT);
             return;
         }
         upstream_cancel(&f->up);
@@ -663,6 +732,19 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     release_head_part(f);
     return;
 pass:
+    if (resp->status != 206 && resp->status != 416 &&
+        (resp->framing != H1_BODY_LENGTH || resp->content_length <= share_bound(f))) {
+        /* The answer to every reader waiting on this fill: read it, then fail the chunks with
+         * it (sink_done). A 206 or 416 answers our Range, not theirs: they forward their own. */
+        start_answer(f, buf, resp, FETCH_S_DRAIN_PASS);
+        return;
+    }
+    if (resp->status != 206 && resp->status != 416) {
+        log_info("fetch#%u %s: uncacheable answer of %llu bytes: too large to share, its readers "
+                 "forward their requests",
+                 f->id, f->host, (unsigned long long)resp->content_length);
+        g_stats.answer_fallbacks++;
+    }
     if (resp->framing == H1_BODY_NONE ||
         (resp->framing == H1_BODY_LENGTH && resp->content_length <= 64 * 1024)) {
         /* A short error page: read it away so that the connection can be reused. */
@@ -716,12 +798,87 @@ static void extend_run(struct fetch *f)
     }
 }
 
+/* Stores chunk <ck> (FILLING, meta set) whole from the object's bytes <body>; when it cannot
+ * (no memory, a part filled by another fetch), fails it: with <ans> for its readers, if given. */
+static void store_chunk(struct chunk *ck, const char *body, struct answer *ans)
+{
+    uint64_t cap = cache_chunk_cap(ck);
+    if (cache_chunk_len(ck) == 0 && cache_chunk_fits(ck, 0, (size_t)cap) &&
+        (cache_chunk_is_reserved(ck) || cache_chunk_reserve(ck) == 0)) {
+        cache_chunk_commit(ck, 0, body + chunk_start(ck), (size_t)cap);
+        cache_chunk_seal(ck);
+    } else if (ans != NULL) {
+        cache_chunk_failed_answer(ck, ans);
+    } else {
+        cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+    }
+}
+
+/*
+ * A chunked 200 read whole (BUFFER, f->ans complete): its length is the object's. Sets the meta
+ * on the run's chunks, stores each of them from the answer's bytes (commit, seal), and the other
+ * chunks of the object that nobody has too (claimed). Returns false, nothing stored, when it
+ * cannot be (an empty body, a run that starts past the end, another version meanwhile): the
+ * caller shares the answer instead. A chunk that finds no memory now fails with the answer.
+ */
+static bool store_whole(struct fetch *f)
+{
+    size_t len;
+    const char *body = answer_body(f->ans, &len);
+    if (len == 0 || f->meta.head == NULL)
+        return false; /* (no fields that fit: shared, not stored) */
+    struct cache_meta m;
+    cache_meta_copy(&m, &f->meta); /* (apply_meta replaces f->meta) */
+    m.total = len;
+    if (apply_meta(f, &m) < 0) {
+        cache_meta_clear(&m);
+        return false;
+    }
+    struct cache *c = cache_chunk_cache(f->cks[f->cur]);
+    size_t key_len;
+    const char *key = cache_chunk_key(f->cks[f->cur], &key_len);
+    for (size_t i = f->cur; i < f->n; i++)
+        if (f->cks[i] != NULL && cache_chunk_state(f->cks[i]) == CHUNK_S_FILLING)
+            store_chunk(f->cks[i], body, f->ans);
+    uint64_t cs = cache_chunk_size(c);
+    for (uint64_t idx = 0; idx < (len + cs - 1) / cs; idx++) {
+        struct chunk *ck = cache_chunk_claim(c, key, key_len, idx, &m);
+        if (ck == NULL)
+            continue; /* the run's, or someone else's */
+        if (cache_chunk_set_meta(ck, &m) == 0)
+            store_chunk(ck, body, NULL);
+        else
+            cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
+        cache_chunk_unref(&ck);
+    }
+    cache_meta_clear(&m);
+    log_info("fetch#%u %s: chunked answer of %zu bytes read whole: stored", f->id, f->host, len);
+    g_stats.fetch_chunked_stored++;
+    return true;
+}
+
 static size_t sink_body(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT)
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT ||
+        f->state == FETCH_S_BUFFER) {
+        if (f->ans != NULL && !answer_append(f->ans, data, len)) {
+            /* Past the bound (or no memory for it): never a cut answer that looks complete.
+             * Nothing was sent to the readers yet: each forwards its own request. */
+            log_info("fetch#%u %s: answer longer than %zu bytes: not %s, its readers forward "
+                     "their requests",
+                     f->id, f->host, share_bound(f),
+                     f->state == FETCH_S_BUFFER ? "stored" : "shared");
+            g_stats.answer_fallbacks++;
+            answer_unref(&f->ans);
+            if (f->state != FETCH_S_DRAIN_REDIRECT) {
+                upstream_cancel(&f->up);
+                fetch_finish(f, CHUNK_FAIL_PASS);
+            }
+        }
         return len;
+    }
     size_t taken = 0;
     while (taken < len) {
         if (f->skip > 0) {
@@ -786,12 +943,31 @@ static void sink_done(void *arg, enum up_err err)
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->up = NULL;
+    if (f->ans != NULL && !answer_complete(f->ans)) {
+        if (err == UP_OK)
+            answer_end(f->ans);
+        else
+            answer_unref(&f->ans); /* cut short: never shared */
+    }
     if (f->state == FETCH_S_DRAIN_REDIRECT) {
         if (!follow_redirect(f))
-            fetch_finish(f, CHUNK_FAIL_PASS);
+            fetch_finish(f, CHUNK_FAIL_PASS); /* its readers get the redirect itself */
         return;
     }
-    if (f->state == FETCH_S_DRAIN_PASS) {
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_BUFFER) {
+        if (err == UP_ERR_READ_TIMEOUT) {
+            /* A stalled answer: its readers would only stall again. */
+            log_info("fetch#%u %s: uncacheable answer stalled: %s", f->id, f->host,
+                     upstream_strerror(err));
+            g_stats.fetch_failed++;
+            fetch_finish(f, CHUNK_FAIL_TIMEOUT);
+            return;
+        }
+        if (f->state == FETCH_S_BUFFER && f->ans != NULL && store_whole(f)) {
+            fetch_finish(f, CHUNK_FAIL_NONE);
+            return;
+        }
+        /* With the answer read: its readers are answered from it; cut short: each forwards. */
         fetch_finish(f, CHUNK_FAIL_PASS);
         return;
     }
@@ -864,6 +1040,8 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
+    if (err != -EACCES)
+        answer_unref(&f->ans); /* a redirect followed: not the answer any more */
     if (err == 0) {
         ASSERT(n >= 1 && n <= RESOLVER_MAX_ADDRS);
         memcpy(f->addrs, addrs, n * sizeof(addrs[0]));
@@ -874,8 +1052,8 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
     if (err == -EACCES) {
         log_info("fetch#%u: %s resolves to a private address: refused", f->id, f->host);
         g_stats.forbidden++;
-        /* A redirect's target failing the checks is not followed: the client gets the redirect
-         * itself, uncached (docs/interfaces.md, "Requests to origins"). */
+        /* A redirect's target failing the checks is not followed: the clients get the redirect
+         * itself, uncached (docs/interfaces.md, "Requests to origins"), from the one answer. */
         fetch_finish(f, f->hops > 0 ? CHUNK_FAIL_PASS : CHUNK_FAIL_FORBIDDEN);
         return;
     }
@@ -1089,8 +1267,8 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     if (f == NULL)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT || f->whole_object ||
-        origin_ignores_ranges(f->authority))
+    if (f->state == FETCH_S_DRAIN_PASS || f->state == FETCH_S_DRAIN_REDIRECT ||
+        f->state == FETCH_S_BUFFER || f->whole_object || origin_ignores_ranges(f->authority))
         return false;
     size_t k = f->cur;
     while (k < f->n && f->cks[k] != ck)
@@ -1200,8 +1378,8 @@ bool fetch_want(struct chunk *ck, uint64_t off)
         return false;
     CHECK_OBJ(f, FETCH_MAGIC);
     if (f->head_ck == ck && off < f->head_off) {
-        if (f->state == FETCH_S_DRAIN_PASS && !f->past_end)
-            return false; /* its answer fails the chunk once read away: nothing to ask */
+        if ((f->state == FETCH_S_DRAIN_PASS && !f->past_end) || f->state == FETCH_S_BUFFER)
+            return false; /* its answer fails (or fills) the chunk once read: nothing to ask */
         release_head_part(f);
         return true;
     }

@@ -25,6 +25,7 @@
 
 #include "access.h"
 #include "admin.h"
+#include "answer.h"
 #include "cache.h"
 #include "config.h"
 #include "conn.h"
@@ -518,7 +519,7 @@ out_modules:
     tlsrelay_fini();
     fetch_cancel_all();
     cache_free(&ctx.cache);
-    ASSERT(upstream_live() == 0 && cache_live_chunks() == 0);
+    ASSERT(upstream_live() == 0 && cache_live_chunks() == 0 && answer_live() == 0);
 out_pool:
     upool_free(&ctx.upool);
     resolver_free(&ctx.resolver);

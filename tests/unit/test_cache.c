@@ -25,9 +25,11 @@
 #include <cmocka.h>
 #include <ev.h>
 
+#include "answer.h"
 #include "cache_int.h"
 #include "chunkfile.h"
 #include "config.h"
+#include "http1.h"
 #include "log.h"
 #include "origin.h"
 #include "stats.h"
@@ -350,6 +352,40 @@ static void test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes(void *
     assert_int_equal(cache_chunk_fail_cause(ck2), CHUNK_FAIL_TIMEOUT);
     cache_chunk_unref(&ck);
     cache_chunk_unref(&ck2);
+}
+
+static void test_readers_of_a_chunk_failed_with_an_answer_share_it(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL, *ck2 = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck2),
+                     CACHE_JOINED);
+    static char head[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n";
+    struct h1_resp resp;
+    assert_int_equal(h1_resp_parse(head, strlen(head), H1_M_GET, &resp), (ssize_t)strlen(head));
+    struct answer *a = answer_new(head, &resp, 100);
+    assert_true(answer_append(a, "no", 2));
+    answer_end(a);
+    cache_chunk_failed_answer(ck, a);
+    answer_unref(&a); /* the chunk holds its own ref */
+    assert_int_equal(cache_chunk_state(ck2), CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck2), CHUNK_FAIL_PASS);
+    assert_non_null(cache_chunk_answer(ck2));
+    const char *b;
+    assert_int_equal(answer_head(cache_chunk_answer(ck2), &b)->status, 404);
+    /* out of the table: the next lookup is a miss of its own (an uncacheable answer is not kept) */
+    struct chunk *ck3 = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck3),
+                     CACHE_MISS);
+    assert_null(cache_chunk_answer(ck3));
+    cache_chunk_failed(ck3, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&ck3);
+    cache_chunk_unref(&ck);
+    assert_int_equal(answer_live(), 1);
+    cache_chunk_unref(&ck2);
+    assert_int_equal(answer_live(), 0); /* freed with the last chunk ref */
 }
 
 static void test_a_two_part_chunk_takes_both_parts_and_joins_them(void **state)
@@ -991,6 +1027,7 @@ int main(void)
         T(test_a_probe_of_an_absent_chunk_gives_no_chunk),
         T(test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes),
         T(test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills),
+        T(test_readers_of_a_chunk_failed_with_an_answer_share_it),
         T(test_a_two_part_chunk_takes_both_parts_and_joins_them),
         T(test_many_readers_share_one_disk_lookup),
         T(test_a_damaged_file_is_a_disk_miss_handed_to_the_filler),

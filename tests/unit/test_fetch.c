@@ -32,8 +32,10 @@
 #include <cmocka.h>
 #include <ev.h>
 
+#include "answer.h"
 #include "cache.h"
 #include "config.h"
+#include "http1.h"
 #include "log.h"
 #include "origin.h"
 #include "resolver.h"
@@ -57,6 +59,7 @@ enum script {
     SCRIPT_404,      /* a short error page */
     SCRIPT_STALL,    /* requests read, never answered */
     SCRIPT_SHORT,    /* 206s of at most <cut> bytes from the start asked (RFC 9110 §15.3.7) */
+    SCRIPT_CHUNKED,  /* 200 with the whole object, chunked (no length), whatever the Range */
 };
 
 struct req_rec {
@@ -188,6 +191,21 @@ static bool answer(struct origin_srv *s, int fd, const struct req_rec *r)
     if (sc == SCRIPT_REDIRECT && strcmp(r->path, "/r") == 0) {
         const char *resp = "HTTP/1.1 302 Found\r\nLocation: /obj\r\nContent-Length: 0\r\n\r\n";
         return write_all(fd, resp, strlen(resp));
+    }
+    if (sc == SCRIPT_CHUNKED) {
+        const char *h = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: \"e1\"\r\n"
+                        "Content-Type: application/octet-stream\r\n\r\n";
+        if (!write_all(fd, h, strlen(h)))
+            return false;
+        for (uint64_t a = 0; a < s->total;) {
+            uint64_t k = s->total - a < 40000 ? s->total - a : 40000;
+            int n = snprintf(head, sizeof(head), "%llx\r\n", (unsigned long long)k);
+            if (!write_all(fd, head, (size_t)n) || !write_body(fd, a, k) ||
+                !write_all(fd, "\r\n", 2))
+                return false;
+            a += k;
+        }
+        return write_all(fd, "0\r\n\r\n", 5);
     }
     if (sc == SCRIPT_NORANGE || !r->has_range) {
         int n = snprintf(head, sizeof(head),
@@ -886,6 +904,67 @@ static void test_an_error_page_fails_the_chunk_to_be_forwarded(void **state)
     cache_chunk_unref(&ck);
 }
 
+static void test_an_error_page_is_the_answer_of_every_waiter(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_404, CS);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *a = read_chunk(f, 0, 0, &o, NULL), *b = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(b), CHUNK_FAIL_PASS);
+    struct answer *ans = cache_chunk_answer(b);
+    assert_non_null(ans);
+    assert_ptr_equal(ans, cache_chunk_answer(a));
+    const char *hb;
+    const struct h1_resp *r = answer_head(ans, &hb);
+    assert_int_equal(r->status, 404);
+    assert_int_equal(r->framing, H1_BODY_LENGTH);
+    assert_int_equal(r->content_length, 9);
+    size_t len;
+    const char *body = answer_body(ans, &len);
+    assert_int_equal(len, 9);
+    assert_memory_equal(body, "not found", 9);
+    cache_chunk_unref(&a);
+    cache_chunk_unref(&b);
+    assert_int_equal(answer_live(), 0);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+}
+
+static void test_a_chunked_whole_answer_is_stored_once_complete(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 3 * CS + 7;
+    srv_script(&f->srv, SCRIPT_CHUNKED, total);
+    struct origin_req o = origin_for("chunked.test", "/obj");
+    /* deep in chunk 1: a two-part fill, whose head part this one answer brings too */
+    struct chunk *ck = read_chunk(f, 1, CS / 2, &o, NULL);
+    assert_true(cache_chunk_is_split(ck));
+    RUN_UNTIL(f, fetch_live() == 0);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    assert_object_cached(f, total); /* the chunks before and after the reader's too */
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 1);
+    assert_int_equal(g_stats.fetch_chunked_stored, 1);
+    assert_int_equal(g_stats.answer_bytes, 0);
+}
+
+static void test_a_chunked_answer_past_the_bound_is_forwarded_by_each_reader(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_CHUNKED, 5 * CS); /* 1.25 MiB: more than the 1 MiB bound */
+    struct origin_req o = origin_for("chunked2.test", "/obj");
+    struct chunk *ck = read_chunk(f, 0, 0, &o, NULL);
+    RUN_UNTIL(f, fetch_live() == 0);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FAILED);
+    assert_int_equal(cache_chunk_fail_cause(ck), CHUNK_FAIL_PASS);
+    assert_null(cache_chunk_answer(ck)); /* no answer cut at the bound */
+    cache_chunk_unref(&ck);
+    assert_int_equal(g_stats.answer_fallbacks, 1);
+    assert_int_equal(g_stats.answer_bytes, 0);
+}
+
 /* Review coverage (issue 15): paths of the fetch state machine that peers drive (a 416 for a
  * tail part, a redirect or an error page answering a two-part fill, a cut tail part), each with a
  * reader asking for the bytes before its offset while it runs. They pass on d9352ee: they pin
@@ -984,6 +1063,9 @@ int main(void)
         T(test_an_origin_without_ranges_fills_every_chunk_from_one_answer),
         T(test_a_failure_reaches_every_waiter),
         T(test_an_error_page_fails_the_chunk_to_be_forwarded),
+        T(test_an_error_page_is_the_answer_of_every_waiter),
+        T(test_a_chunked_whole_answer_is_stored_once_complete),
+        T(test_a_chunked_answer_past_the_bound_is_forwarded_by_each_reader),
         T(test_a_tail_part_past_the_objects_end_leaves_the_chunk_to_its_head_part),
         T(test_a_redirected_two_part_fill_serves_a_reader_before_its_offset),
         T(test_an_error_page_for_a_two_part_fill_fails_the_chunk_to_be_forwarded),

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * conn_share: a request answered from an uncacheable origin answer that the fill it waited on
+ * brought for all its readers (part of the conn module, see conn_int.h; the fill side is in
+ * fetch.c, the answer in answer.h). The cache path hands the request over here with c->shared
+ * (a ref) once the chunk failed with that answer.
+ *
+ * | state | waits for                                                | driven by        |
+ * |-------|----------------------------------------------------------|------------------|
+ * | SHARE | room in the socket for the rest of the answer's body     | the conn driver  |
+ *
+ * begin() queues the head as the pass path would forward the origin's (fwd_response_head:
+ * hop-by-hop fields removed, the origin's Date kept or ours added, X-LanCache-* set, cache
+ * status MISS, also for ?nocache=, as the pass path says), framed by the exact length read
+ * (Content-Length), then step() sends the body straight from the answer's memory, CONN_SEND_MAX
+ * a call and CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets the head
+ * alone.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+
+#include "answer.h"
+#include "config.h"
+#include "conn_int.h"
+#include "forward.h"
+#include "log.h"
+#include "stats.h"
+#include "util.h"
+
+static void share_begin(struct conn *c)
+{
+    ASSERT(c->shared != NULL && answer_complete(c->shared));
+    c->cached = false; /* (the access log says MISS: the answer came from the origin) */
+    const char *hbuf;
+    const struct h1_resp *resp = answer_head(c->shared, &hbuf);
+    struct fwd_resp_opts o = {.hostname = g_cfg->hostname,
+                              .cache_status = "MISS", /* (as the pass path says) */
+                              .client_minor = c->req.version_minor,
+                              .head_req = c->head_req,
+                              .keep_alive = c->keep_alive && !c->draining,
+                              .date = conn_date(c)};
+    conn_out_ensure(c);
+    buf_compact(&c->out);
+    size_t n = fwd_response_head(hbuf, resp, &o, &c->body, c->out.last, buf_room(&c->out));
+    if (n == 0) {
+        log_info("conn#%u %s: origin response head too large to forward", c->id, c->peer);
+        conn_local_response(c, 502, false, NULL);
+        return;
+    }
+    g_stats.answers_shared++;
+    c->out.last += n;
+    c->status = resp->status;
+    if (!o.keep_alive)
+        c->keep_alive = false;
+    c->pos = 0;
+    if (c->body == FWD_BODY_NONE) {
+        conn_response_done(c);
+        return;
+    }
+    ASSERT(c->body == FWD_BODY_LENGTH); /* (answer_end framed it by its length) */
+    conn_set_state(c, CONN_S_SHARE);
+}
+
+static bool share_step(struct conn *c)
+{
+    size_t len;
+    const char *body = answer_body(c->shared, &len);
+    uint64_t turn = 0;
+    if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
+        return false; /* the head first */
+    while (c->pos < len) {
+        size_t n = len - (size_t)c->pos;
+        if (n > CONN_SEND_MAX)
+            n = CONN_SEND_MAX;
+        ssize_t k;
+        do {
+            k = send(c->fd, body + c->pos, n, MSG_NOSIGNAL);
+        } while (k < 0 && errno == EINTR);
+        if (k < 0 && errno == EAGAIN) {
+            c->blocked_write = true;
+            return false;
+        }
+        if (k <= 0) {
+            log_debug("conn#%u %s: send: %s", c->id, c->peer, k < 0 ? strerror(errno) : "0");
+            g_stats.client_reset++;
+            conn_close(c);
+            return false;
+        }
+        c->pos += (uint64_t)k;
+        c->body_bytes += (uint64_t)k;
+        g_stats.bytes_miss += (uint64_t)k; /* (from the origin, as the pass path counts it) */
+        c->last_write = ev_now(c->ctx->loop);
+        turn += (uint64_t)k;
+        if ((size_t)k < n || (turn >= CONN_SEND_TURN && c->pos < len)) {
+            c->blocked_write = true; /* EV_WRITE brings us back (the others get the loop) */
+            return false;
+        }
+    }
+    conn_response_done(c);
+    return true;
+}
+
+static void share_reset(struct conn *c)
+{
+    answer_unref(&c->shared);
+    c->body = FWD_BODY_NONE;
+    c->blocked_write = false;
+}
+
+const struct conn_responder conn_share_responder = {"share", share_begin, share_step, share_reset};
