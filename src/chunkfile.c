@@ -174,6 +174,8 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
     if (version >= 2) {
         if (hl < CHUNKFILE_FIXED_LEN + 16u)
             return -EBADMSG;
+        if (get16(buf + 62) != 0)
+            return -EBADMSG; /* reserved: written as 0 */
         pm.fields_len = get32(buf + 56);
         pm.date_len = get16(buf + 60);
         pm.response_time = (int64_t)get64(buf + 64);
