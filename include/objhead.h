@@ -33,11 +33,15 @@
 
 #define OBJHEAD_FIELDS_MAX (16u * 1024u) /* stored field text per object version */
 #define OBJHEAD_DATE_MAX 64u             /* the Date as sent (an IMF-fixdate is 29) */
+#define OBJHEAD_AGE_MAX 2147483648ll     /* RFC 9111 §1.2.2: the largest Age sent */
+#define OBJHEAD_TIME_MAX 253402300799ll  /* 9999-12-31T23:59:59Z: the last HTTP-date */
 
 struct objhead {
     unsigned refs;
-    int64_t response_time;           /* when the answer arrived (RFC 9111's response_time) */
-    int64_t initial_age;             /* corrected_initial_age (§4.2.3), >= 0 */
+    int64_t response_time; /* when the answer arrived (RFC 9111's response_time) */
+    int64_t initial_age;   /* corrected_initial_age (§4.2.3), 0..OBJHEAD_AGE_MAX */
+    bool origin_aged;      /* the origin's answer had an Age (an upstream cache gave it); not
+                              stored on disk */
     char date[OBJHEAD_DATE_MAX + 1]; /* the origin's Date as sent, else ours at response_time */
     size_t date_len;
     size_t len;  /* bytes of text */
@@ -50,19 +54,24 @@ bool objhead_keeps(const char *name, size_t len);
 
 /*
  * The stored response for origin head <resp> (spans into <buf>) of a request sent at
- * <request_time> and answered at <response_time>: kept fields, the origin's Date (when it has a
+ * <request_time> and answered at <response_time> (unrounded: the request's delay counts whole
+ * seconds of their difference): kept fields (a Content-Digest or Content-MD5 only from a 200:
+ * a 206's is of its part), the origin's Date (when it has a
  * valid one that fits, else ours at response_time: RFC 9110 §6.6.1) and the corrected initial
  * age from the origin's Date and Age. Returns 0 with *out (a ref for the caller), or -E2BIG when
  * the kept fields exceed OBJHEAD_FIELDS_MAX (the object is then not storable).
  */
-int objhead_from_response(const char *buf, const struct h1_resp *resp, int64_t request_time,
-                          int64_t response_time, struct objhead **out)
+int objhead_from_response(const char *buf, const struct h1_resp *resp, double request_time,
+                          double response_time, struct objhead **out)
     __attribute__((warn_unused_result));
 
 /*
  * An objhead from stored parts (a chunk file): <text>[0..len) (borrowed, copied; lines as
- * objhead_from_response writes them), <date>[0..date_len), the two times. NULL when a length is
- * over its bound. A ref for the caller.
+ * objhead_from_response writes them), <date>[0..date_len), the two times. NULL unless the text is
+ * such lines ("token: value" CRLF, values without control characters but HTAB, names that
+ * objhead_keeps allows), the Date an HTTP-date and the times within their bounds (0 <=
+ * initial_age <= OBJHEAD_AGE_MAX, 0 <= response_time <= OBJHEAD_TIME_MAX): a file that says
+ * otherwise was not written by us. A ref for the caller.
  */
 struct objhead *objhead_new(const char *text, size_t len, const char *date, size_t date_len,
                             int64_t response_time, int64_t initial_age);
@@ -71,7 +80,8 @@ struct objhead *objhead_ref(struct objhead *h);
 /* Drops a ref and clears *<h> (NULL is fine). */
 void objhead_unref(struct objhead **h);
 
-/* The Age of an answer from <h> at <now> (§4.2.3: corrected initial age + resident time). */
+/* The Age of an answer from <h> at <now> (§4.2.3: corrected initial age + resident time), at
+ * most OBJHEAD_AGE_MAX. */
 int64_t objhead_age(const struct objhead *h, int64_t now);
 
 /* What objhead_write leaves out. */
@@ -80,6 +90,8 @@ enum objhead_omit {
     /* A 304, 412 or 416: no representation follows, so no Content-* field but Content-Location
      * (RFC 9110 §15.4.5 keeps it on a 304; the 412 and 416 bodies are our own text). */
     OBJHEAD_NO_CONTENT = 1,
+    /* A 206: no Content-Digest or Content-MD5 (they describe another content than the part). */
+    OBJHEAD_PART = 2,
 };
 
 /* Appends the stored fields of <h> to <out>[0..cap) per <omit>. Returns the bytes written, or

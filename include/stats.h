@@ -132,6 +132,8 @@
       "chunk files evicted (from the disk index)")                                                 \
     X(cache_integrity_failures, counter, "integrity_failures_total", NULL,                         \
       "chunk files that failed verification")                                                      \
+    X(cache_old_format, counter, "cache_old_format_chunks_total", NULL,                            \
+      "chunk files of an earlier format deleted when first asked, to be refetched")                \
     X(cache_disk_writes, counter, "cache_disk_writes_total", NULL, "chunk files written")          \
     X(cache_disk_write_errors, counter, "errors_total", "disk_write",                              \
       "chunk files that could not be written")                                                     \

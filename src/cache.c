@@ -40,7 +40,6 @@
 #include "cache_int.h"
 #include "diskidx.h"
 #include "iopool.h"
-#include "httpdate.h"
 #include "log.h"
 #include "objhead.h"
 #include "origin.h"
@@ -509,6 +508,7 @@ enum load_result {
     LOAD_MISSING, /* no file */
     LOAD_ERROR,   /* cannot open or read now (descriptors, permissions, EIO): a miss, kept */
     LOAD_BAD,     /* damaged: deleted (why says how) */
+    LOAD_OLD,     /* of an earlier format (no stored fields): deleted, refetched */
     LOAD_UNKNOWN  /* not verified earlier and verification not allowed here */
 };
 
@@ -745,6 +745,13 @@ static void load_file(struct load_job *lj, bool may_verify)
     memcpy(lj->meta.last_modified, m.last_modified, m.last_modified_len);
     memcpy(lj->meta.content_type, m.content_type, m.content_type_len);
     lj->data_len = m.data_len;
+    if (m.version < CHUNKFILE_VERSION) {
+        /* Written before the stored response fields: an answer from it would lack the origin's
+         * fields. A miss: deleted here, refetched and stored anew (with them) by the filler. */
+        lj->res = LOAD_OLD;
+        lj->deleted = load_delete_bad(lj);
+        goto out;
+    }
     if (!(lj->known && lj->dev == lj->sb.st_dev && lj->ino == lj->sb.st_ino &&
           lj->size == lj->sb.st_size)) {
         if (!may_verify) {
@@ -762,15 +769,8 @@ static void load_file(struct load_job *lj, bool may_verify)
         }
         lj->verified_now = true;
     }
-    if (m.version >= 2) {
-        lj->meta.head =
-            objhead_new(m.fields, m.fields_len, m.date, m.date_len, m.response_time, m.initial_age);
-    } else {
-        /* A file from before the stored fields: the fields it kept, received when written. */
-        char date[HTTPDATE_LEN + 1];
-        httpdate_format((int64_t)lj->sb.st_mtime, date);
-        lj->meta.head = objhead_new("", 0, date, HTTPDATE_LEN, (int64_t)lj->sb.st_mtime, 0);
-    }
+    lj->meta.head =
+        objhead_new(m.fields, m.fields_len, m.date, m.date_len, m.response_time, m.initial_age);
     if (lj->meta.head == NULL) {
         lj->why = "bad stored fields";
         goto bad;
@@ -827,6 +827,16 @@ static void load_report(struct cache *c, const struct load_job *lj, const struct
             diskidx_remove(c->didx, ck->obj, ck->index);
         g_stats.cache_integrity_failures++;
         log_warn("cache: %s: %s: deleted, will refetch", lj->path, lj->why);
+    } else if (lj->res == LOAD_OLD) {
+        static bool told;
+        if (lj->deleted)
+            diskidx_remove(c->didx, ck->obj, ck->index);
+        g_stats.cache_old_format++;
+        if (!told)
+            log_info("cache: chunk files of an earlier format (without the origin's response "
+                     "fields) found, %s the first: each is refetched once, when first asked",
+                     lj->path);
+        told = true;
     } else if (lj->res == LOAD_ERROR) {
         /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
         log_warn("cache: cannot read %s: %s (served as a miss)", lj->path, strerror(lj->err));

@@ -512,7 +512,7 @@ static bool head_step(struct conn *c)
     h.cache_status = head_status(c, &h, no_bytes);
     /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
      * first delivery has one only when an upstream cache said so. */
-    h.age = strcmp(h.cache_status, "HIT") == 0 || (m->head != NULL && m->head->initial_age > 0);
+    h.age = strcmp(h.cache_status, "HIT") == 0 || (m->head != NULL && m->head->origin_aged);
     if (no_bytes) /* no object bytes follow */
         c->keep_alive = c->keep_alive && c->req.version_minor == 1;
     h.keep_alive = c->keep_alive && !c->draining;

@@ -127,7 +127,7 @@ struct fetch {
     char *fields;           /* owns: the first reader's fields a fill forwards (origin_req) */
     struct cache_meta meta; /* as first answered (resumptions must match); owns its head's ref */
     bool meta_known;
-    int64_t sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
+    double sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -655,8 +655,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         cache_meta_clear(&f->meta);
         f->meta = m; /* (its length is known at the end) */
         /* Its fields, as for any stored answer; without them it is shared, never stored. */
-        if (!meta_fits || objhead_from_response(buf, resp, f->sent_at, (int64_t)ev_now(fctx->loop),
-                                                &f->meta.head) < 0)
+        if (!meta_fits ||
+            objhead_from_response(buf, resp, f->sent_at, ev_now(fctx->loop), &f->meta.head) < 0)
             f->meta.head = NULL;
         struct chunk *hk = f->head_ck;
         if (hk != NULL) {
@@ -709,7 +709,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     }
     /* What is replayed on every answer of this version (objhead.h). */
     if (!meta_fits ||
-        objhead_from_response(buf, resp, f->sent_at, (int64_t)ev_now(fctx->loop), &m.head) < 0) {
+        objhead_from_response(buf, resp, f->sent_at, ev_now(fctx->loop), &m.head) < 0) {
         log_info("fetch#%u %s: response fields too long to store (ETag, Last-Modified or "
                  "Content-Type, or %u bytes of others): not cached",
                  f->id, f->host, OBJHEAD_FIELDS_MAX);
@@ -1028,7 +1028,7 @@ static void fetch_connect(struct fetch *f)
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
     fetch_set_state(f, FETCH_S_WAIT_HEAD);
-    f->sent_at = (int64_t)ev_now(fctx->loop);
+    f->sent_at = ev_now(fctx->loop);
     f->up = upstream_start(fctx->loop, fctx->upool, &ur, &fetch_sink, f);
     log_debug("fetch#%u up#%u: bytes %llu-%llu", f->id, upstream_id(f->up),
               (unsigned long long)f->pos, (unsigned long long)f->last);

@@ -283,8 +283,10 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
         break;
     }
     if (h->head != NULL && !w.over) {
-        size_t n = objhead_write(h->head, no_content ? OBJHEAD_NO_CONTENT : OBJHEAD_ALL,
-                                 w.p + w.len, w.cap - w.len);
+        enum objhead_omit omit = no_content         ? OBJHEAD_NO_CONTENT
+                                 : h->status == 206 ? OBJHEAD_PART
+                                                    : OBJHEAD_ALL;
+        size_t n = objhead_write(h->head, omit, w.p + w.len, w.cap - w.len);
         if (n == SIZE_MAX)
             w.over = true;
         else

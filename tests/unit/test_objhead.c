@@ -23,7 +23,7 @@
 static struct h1_resp g_resp;
 static char g_buf[70000];
 
-static struct objhead *head_of(const char *resp, int64_t req_time, int64_t resp_time)
+static struct objhead *head_of(const char *resp, double req_time, double resp_time)
 {
     ssize_t n = h1_resp_parse(resp, strlen(resp), H1_M_GET, &g_resp);
     if (n != (ssize_t)strlen(resp))
@@ -131,7 +131,40 @@ static void test_objhead_age_follows_rfc9111(void **state)
     h = head_of("HTTP/1.1 200 OK\r\nDate: " T0_DATE "\r\nAge: 99999999999999999999\r\n"
                 "Content-Length: 1\r\n\r\n",
                 T0, T0);
-    assert_int_equal(h->initial_age, INT32_MAX);
+    assert_int_equal(h->initial_age, OBJHEAD_AGE_MAX);
+    assert_true(h->origin_aged);
+    assert_int_equal(objhead_age(h, INT64_MAX), OBJHEAD_AGE_MAX); /* never past it */
+    objhead_unref(&h);
+    /* A fill that crossed a second boundary in 0.2 s took no second: no Age from it. */
+    h = head_of("HTTP/1.1 200 OK\r\nDate: " T0_DATE "\r\nContent-Length: 1\r\n\r\n", T0 + 0.9,
+                T0 + 1.1);
+    assert_int_equal(h->initial_age, 1); /* the Date is a second before the answer came */
+    assert_false(h->origin_aged);
+    objhead_unref(&h);
+    h = head_of("HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:38 GMT\r\n"
+                "Content-Length: 1\r\n\r\n",
+                T0 + 0.9, T0 + 1.1);
+    assert_int_equal(h->initial_age, 0);
+    objhead_unref(&h);
+}
+
+static void test_objhead_content_digest_only_from_a_200(void **state)
+{
+    (void)state;
+    const char *part = "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-0/2\r\n"
+                       "Content-Digest: sha-256=:x:\r\nContent-MD5: abc\r\n"
+                       "Repr-Digest: sha-256=:y:\r\nContent-Length: 1\r\n\r\n";
+    struct objhead *h = head_of(part, T0, T0);
+    assert_string_equal(h->text, "Repr-Digest: sha-256=:y:\r\n");
+    objhead_unref(&h);
+    const char *whole = "HTTP/1.1 200 OK\r\nContent-Digest: sha-256=:x:\r\nX-A: 1\r\n"
+                        "Content-Length: 1\r\n\r\n";
+    h = head_of(whole, T0, T0);
+    assert_string_equal(h->text, "Content-Digest: sha-256=:x:\r\nX-A: 1\r\n");
+    char out[128];
+    size_t n = objhead_write(h, OBJHEAD_PART, out, sizeof(out)); /* not on a 206 */
+    out[n] = '\0';
+    assert_string_equal(out, "X-A: 1\r\n");
     objhead_unref(&h);
 }
 
@@ -193,11 +226,22 @@ static void test_objhead_new_refuses_oversized_parts(void **state)
     (void)state;
     assert_null(objhead_new(g_buf, OBJHEAD_FIELDS_MAX + 1, "", 0, 0, 0));
     assert_null(objhead_new("", 0, g_buf, OBJHEAD_DATE_MAX + 1, 0, 0));
-    assert_null(objhead_new("", 0, "", 0, 0, -1));
-    struct objhead *h = objhead_new("", 0, "", 0, 0, 0);
+    assert_null(objhead_new("", 0, T0_DATE, strlen(T0_DATE), 0, -1));
+    assert_null(objhead_new("", 0, T0_DATE, strlen(T0_DATE), 0, OBJHEAD_AGE_MAX + 1));
+    assert_null(objhead_new("", 0, T0_DATE, strlen(T0_DATE), -1, 0));
+    assert_null(objhead_new("", 0, T0_DATE, strlen(T0_DATE), OBJHEAD_TIME_MAX + 1, 0));
+    assert_null(objhead_new("", 0, "", 0, 0, 0)); /* a Date is always stored */
+    assert_null(objhead_new("X-A:1\r\n", 7, T0_DATE, strlen(T0_DATE), 0, 0)); /* ": " */
+    assert_null(objhead_new("X-A: \x01\r\n", 9, T0_DATE, strlen(T0_DATE), 0, 0));
+    assert_null(objhead_new("X A: 1\r\n", 8, T0_DATE, strlen(T0_DATE), 0, 0));
+    assert_null(objhead_new("X-A: 1\n", 7, T0_DATE, strlen(T0_DATE), 0, 0));
+    struct objhead *h = objhead_new("", 0, T0_DATE, strlen(T0_DATE), 0, OBJHEAD_AGE_MAX);
     assert_non_null(h);
     assert_int_equal(h->len, 0);
-    assert_string_equal(h->date, "");
+    assert_string_equal(h->date, T0_DATE);
+    objhead_unref(&h);
+    h = objhead_new("X-A: v\twith\xe9 obs-text\r\n", 23, T0_DATE, strlen(T0_DATE), T0, 0);
+    assert_non_null(h);
     objhead_unref(&h);
 }
 
@@ -208,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_objhead_keeps),
         cmocka_unit_test(test_objhead_date_is_ours_when_missing_or_invalid),
         cmocka_unit_test(test_objhead_age_follows_rfc9111),
+        cmocka_unit_test(test_objhead_content_digest_only_from_a_200),
         cmocka_unit_test(test_objhead_over_the_bound_is_e2big),
         cmocka_unit_test(test_objhead_write_omits_content_fields_when_asked),
         cmocka_unit_test(test_objhead_new_refuses_oversized_parts),
