@@ -151,14 +151,18 @@ enum cache_lookup {
  * for the caller to fill. <origin> (borrowed, copied for a disk lookup) is where a disk miss is
  * filled from, and <off> where in the chunk the caller will start reading; a NULL <origin> is a
  * probe (HEAD): a miss is CACHE_ABSENT (*<out> NULL) and a disk miss fails the chunk with
- * CHUNK_FAIL_PASS. <force> (?nocache=) skips both tiers and replaces what the table holds for
- * the chunk (sealed, being looked up on disk, or being filled by an ordinary miss), except a fill
- * that a forced lookup started, which it joins (CACHE_JOINED): concurrent refetches of one chunk
- * share one fill. Never calls the filler. Unref with cache_chunk_unref().
+ * CHUNK_FAIL_PASS. A non-zero <refetch> (?nocache=: a cache_refetch_id(), the same for every
+ * chunk one request reads) skips both tiers and replaces what the table holds for the chunk
+ * (sealed, being looked up on disk, or being filled by an ordinary miss), except a fill that a
+ * forced lookup started, which it joins (CACHE_JOINED): concurrent refetches of one chunk share
+ * one fill. The first answer a refetch brings replaces the version's stored fields; its other
+ * chunks answer with those too. Never calls the filler. Unref with cache_chunk_unref().
  */
 enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                                  uint64_t off, const struct origin_req *origin, bool force,
+                                  uint64_t off, const struct origin_req *origin, uint64_t refetch,
                                   struct chunk **out);
+/* A new refetch number for one ?nocache= request (never 0). */
+uint64_t cache_refetch_id(struct cache *c);
 /* Another ref on <ck>; returns it. */
 struct chunk *cache_chunk_ref(struct chunk *ck);
 /* Drops a ref and clears *<ck>; frees the chunk at zero. */

@@ -49,7 +49,8 @@
 
 #define CACHE_MAGIC 0xcac4e001u
 #define CHUNK_MAGIC 0xc4c4e002u
-#define CACHE_OBJ_SLOTS 65536u
+#define CACHE_OBJ_SLOTS 65536u /* remembered object versions: sets of CACHE_OBJ_WAYS, LRU */
+#define CACHE_OBJ_WAYS 4u
 #define CACHE_VERIFIED_SLOTS 65536u
 #define CACHE_MARKER "cacheparty.cache"
 #define CACHE_MARKER_VERSION 1
@@ -64,6 +65,8 @@ struct objver {
     uint64_t vhash; /* XXH3-64 of ETag "\0" Last-Modified */
     bool used;
     struct objhead *head; /* owns a ref: the version's stored head (see struct cache_meta) */
+    uint64_t renewed_by;  /* the refetch (cache_refetch_id) that stored <head>, 0: none */
+    uint64_t last_use;    /* c->objver_clock when last looked up or set (LRU in its set) */
 };
 
 struct verified {
@@ -101,6 +104,9 @@ struct cache {
     struct chunk_waiter *mem_waiters;
     bool mem_notify;
     struct objver *objs;        /* owns, CACHE_OBJ_SLOTS */
+    uint64_t objver_clock;      /* ticks once per objver lookup or update */
+    uint64_t objver_head_bytes; /* bytes of the heads the slots hold (at most budget / 16) */
+    uint64_t refetch_seq;       /* the last cache_refetch_id() */
     struct verified *verified;  /* owns, CACHE_VERIFIED_SLOTS */
     struct diskidx *didx;       /* owns: disk usage, LRU and eviction of the chunk files */
     struct iopool *io;          /* owns: disk reads and writes */
@@ -147,16 +153,44 @@ static uint64_t version_hash(const struct cache_meta *m)
     return XXH3_64bits_digest(&st);
 }
 
-static struct objver *objver_slot(struct cache *c, const uint8_t obj[16])
+/* The first of <obj>'s CACHE_OBJ_WAYS slots. */
+static struct objver *objver_set_of(struct cache *c, const uint8_t obj[16])
 {
-    return &c->objs[load64(obj + 8) & (CACHE_OBJ_SLOTS - 1)];
+    size_t sets = CACHE_OBJ_SLOTS / CACHE_OBJ_WAYS;
+    return &c->objs[(load64(obj + 8) & (sets - 1)) * CACHE_OBJ_WAYS];
+}
+
+/* The slot remembering <obj>, or NULL (a lookup: counts as a use). */
+static struct objver *objver_find(struct cache *c, const uint8_t obj[16])
+{
+    struct objver *set = objver_set_of(c, obj);
+    for (unsigned i = 0; i < CACHE_OBJ_WAYS; i++)
+        if (set[i].used && memcmp(set[i].obj, obj, 16) == 0) {
+            set[i].last_use = ++c->objver_clock;
+            return &set[i];
+        }
+    return NULL;
+}
+
+static void objver_drop_head(struct cache *c, struct objver *v)
+{
+    if (v->head != NULL)
+        c->objver_head_bytes -= sizeof(*v->head) + v->head->len;
+    objhead_unref(&v->head);
+    v->renewed_by = 0;
+}
+
+/* Forgets slot <v> (its head ref dropped). */
+static void objver_clear(struct cache *c, struct objver *v)
+{
+    objver_drop_head(c, v);
+    memset(v, 0, sizeof(*v));
 }
 
 /* The remembered version of <obj>, or NULL. */
 static const struct objver *objver_get(struct cache *c, const uint8_t obj[16])
 {
-    struct objver *v = objver_slot(c, obj);
-    return v->used && memcmp(v->obj, obj, 16) == 0 ? v : NULL;
+    return objver_find(c, obj);
 }
 
 static bool objver_matches(const struct objver *v, const struct cache_meta *m)
@@ -165,24 +199,52 @@ static bool objver_matches(const struct objver *v, const struct cache_meta *m)
 }
 
 /*
- * Remembers <m> as the current version of <obj>. Returns the head every chunk of that version is
- * to carry (borrowed from the slot): the one remembered for it before, else (or with <renew>: a
- * refetch, whose answer replaces what was stored) <m>'s.
+ * Remembers <m> as the current version of <obj> (in its slot, else a free one of its set, else
+ * the set's least recently used). Returns the head every chunk of that version is to carry: the
+ * one remembered for it before, else <m>'s; <refetch> (a cache_refetch_id, 0: none) replaces a
+ * head stored before that refetch began with <m>'s, once: every chunk one refetching request
+ * reads answers with one set of fields. Heads are kept within a budget (budget / 16 bytes);
+ * past it <m>'s is returned and not remembered. Borrowed: valid until the next objver_*.
  */
 static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
-                                  const struct cache_meta *m, bool renew)
+                                  const struct cache_meta *m, uint64_t refetch)
 {
-    struct objver *v = objver_slot(c, obj);
-    bool same = v->used && memcmp(v->obj, obj, 16) == 0 && objver_matches(v, m);
+    struct objver *v = objver_find(c, obj);
+    if (v == NULL) {
+        struct objver *set = objver_set_of(c, obj);
+        v = &set[0];
+        for (unsigned i = 0; i < CACHE_OBJ_WAYS; i++) {
+            if (!set[i].used) {
+                v = &set[i];
+                break;
+            }
+            if (set[i].last_use < v->last_use)
+                v = &set[i];
+        }
+        objver_clear(c, v);
+    }
+    bool same = v->used && objver_matches(v, m);
+    bool renew = refetch != 0 && v->renewed_by != refetch;
     if (!same || v->head == NULL || (renew && m->head != NULL)) {
-        objhead_unref(&v->head);
-        v->head = m->head != NULL ? objhead_ref(m->head) : NULL;
+        objver_drop_head(c, v);
+        if (m->head != NULL &&
+            c->objver_head_bytes + sizeof(*m->head) + m->head->len <= c->budget / 16) {
+            v->head = objhead_ref(m->head);
+            c->objver_head_bytes += sizeof(*m->head) + m->head->len;
+            v->renewed_by = refetch;
+        }
     }
     memcpy(v->obj, obj, 16);
     v->total = m->total;
     v->vhash = version_hash(m);
     v->used = true;
-    return v->head;
+    v->last_use = ++c->objver_clock;
+    return v->head != NULL ? v->head : m->head;
+}
+
+uint64_t cache_refetch_id(struct cache *c)
+{
+    return ++c->refetch_seq;
 }
 
 void cache_meta_copy(struct cache_meta *dst, const struct cache_meta *src)
@@ -804,7 +866,7 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     if (lj->verified_now)
         verified_mark(c, ck->obj, ck->index, &lj->sb);
     ck->state = CHUNK_S_SEALED;
-    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta, false));
+    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta, 0));
     cache_meta_clear(&lj->meta);
     ck->meta_known = true;
     ck->cap = ck->len = lj->data_len;
@@ -1018,10 +1080,11 @@ static void disk_store(struct cache *c, struct chunk *ck)
 /* ---- the API ------------------------------------------------------------------------------ */
 
 enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
-                                  uint64_t off, const struct origin_req *origin, bool force,
+                                  uint64_t off, const struct origin_req *origin, uint64_t refetch,
                                   struct chunk **out)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
+    bool force = refetch != 0;
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
     *out = NULL;
@@ -1074,6 +1137,7 @@ enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_l
         return CACHE_ABSENT;
     *out = chunk_new_filling(c, key, key_len, obj, index);
     (*out)->refetch = force;
+    (*out)->refetch_id = refetch;
     return CACHE_MISS;
 }
 
@@ -1126,7 +1190,7 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
                  "version's chunks");
         drop_old_version(c, ck->obj, v->total, m, ck);
     }
-    chunk_take_meta(ck, m, objver_set(c, ck->obj, m, ck->refetch));
+    chunk_take_meta(ck, m, objver_set(c, ck->obj, m, ck->refetch_id));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
     if (ck->tail_off >= ck->cap)
@@ -1529,9 +1593,7 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         closedir(d);
     }
     if (v != NULL) {
-        struct objver *slot = objver_slot(c, obj);
-        objhead_unref(&slot->head);
-        memset(slot, 0, sizeof(*slot));
+        objver_clear(c, objver_find(c, obj));
     }
     g_stats.cache_purged += (uint64_t)removed;
     return removed;
@@ -1698,7 +1760,7 @@ void cache_free(struct cache **cp)
     free(c->dirs);
     free(c->buckets);
     for (size_t i = 0; i < CACHE_OBJ_SLOTS; i++)
-        objhead_unref(&c->objs[i].head);
+        objver_clear(c, &c->objs[i]);
     free(c->objs);
     free(c->verified);
     free(c->shards);

@@ -173,7 +173,7 @@ static bool get_chunk(struct conn *c, uint64_t index, uint64_t off, bool probe)
     origin_of(c, &o);
     drop_chunk(c);
     enum cache_lookup r = cache_chunk_get(c->ctx->cache, c->objkey, c->objkey_len, index, off,
-                                          probe ? NULL : &o, c->force, &c->ck);
+                                          probe ? NULL : &o, c->force ? c->refetch_id : 0, &c->ck);
     if (r == CACHE_MISS)
         fetch_start_at(c->ck, off, &o); /* the cache never starts a fill: we do */
     c->ck_created = r == CACHE_MISS || r == CACHE_LOOKUP;
@@ -240,6 +240,7 @@ void conn_cache_begin(struct conn *c)
 {
     c->cached = true;
     c->force = query_has_nocache(c);
+    c->refetch_id = c->force ? cache_refetch_id(c->ctx->cache) : 0;
     c->objkey = cache_key_build(c->ident, c->req_head + c->req.path_only.off, c->req.path_only.len,
                                 &c->objkey_len);
 

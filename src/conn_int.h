@@ -112,15 +112,16 @@ struct conn {
     struct upstream *up;       /* owns while UPSTREAM/STREAM */
 
     /* The cache path (conn_cache.c). */
-    bool cached;        /* served from the chunk cache */
-    bool force;         /* ?nocache= other than empty or 0: refetch and re-store (BYPASS) */
-    bool first_miss;    /* this request started the fetch of its first chunk */
-    bool sent_new;      /* an object byte it sent was that byte's first delivery: a MISS */
-    bool sent_bytes;    /* it sent object bytes (else first_miss says MISS or HIT) */
-    bool ra_pending;    /* the current chunk was filling when taken: read ahead once it fetches */
-    bool ck_created;    /* get_chunk started a fill or disk lookup of the current chunk */
-    bool blocked_write; /* the socket took less than offered: wait for EV_WRITE */
-    char *objkey;       /* owns: "identifier\npath" */
+    bool cached;         /* served from the chunk cache */
+    bool force;          /* ?nocache= other than empty or 0: refetch and re-store (BYPASS) */
+    uint64_t refetch_id; /* with force: this request's cache_refetch_id */
+    bool first_miss;     /* this request started the fetch of its first chunk */
+    bool sent_new;       /* an object byte it sent was that byte's first delivery: a MISS */
+    bool sent_bytes;     /* it sent object bytes (else first_miss says MISS or HIT) */
+    bool ra_pending;     /* the current chunk was filling when taken: read ahead once it fetches */
+    bool ck_created;     /* get_chunk started a fill or disk lookup of the current chunk */
+    bool blocked_write;  /* the socket took less than offered: wait for EV_WRITE */
+    char *objkey;        /* owns: "identifier\npath" */
     size_t objkey_len;
     char *chain;       /* owns: the X-LanCache-Processed-By fields joined, when several */
     char *fill_fields; /* owns: the fields a fill forwards (fwd_fill_fields), once made */

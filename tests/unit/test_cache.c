@@ -31,6 +31,7 @@
 #include "config.h"
 #include "http1.h"
 #include "log.h"
+#include "objhead.h"
 #include "origin.h"
 #include "stats.h"
 #include "util.h"
@@ -196,10 +197,24 @@ static const struct origin_req origin = {
     .path_len = 18,
 };
 
+/* The stored response every test object carries (a fill always gives one): one for the whole
+ * run, kept reachable, so that a test's meta may borrow it (the cache takes refs of its own). */
+static struct objhead *shared_head(void)
+{
+    static struct objhead *h;
+    if (h == NULL) {
+        const char *text = "X-Test: 1\r\n", *date = "Sun, 06 Nov 1994 08:49:37 GMT";
+        h = objhead_new(text, strlen(text), date, strlen(date), 784111777, 0);
+        assert_non_null(h);
+    }
+    return h;
+}
+
 static struct cache_meta meta_of(uint64_t total, const char *etag)
 {
     struct cache_meta m;
     memset(&m, 0, sizeof(m));
+    m.head = shared_head();
     m.total = total;
     snprintf(m.etag, sizeof(m.etag), "%s", etag);
     snprintf(m.content_type, sizeof(m.content_type), "application/octet-stream");
