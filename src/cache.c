@@ -51,6 +51,10 @@
 #define CHUNK_MAGIC 0xc4c4e002u
 #define CACHE_OBJ_SLOTS 65536u /* remembered object versions: sets of CACHE_OBJ_WAYS, LRU */
 #define CACHE_OBJ_WAYS 4u
+
+/* A stored head must fit its chunk file. */
+_Static_assert(OBJHEAD_FIELDS_MAX == CHUNKFILE_FIELDS_MAX, "stored fields bound");
+_Static_assert(OBJHEAD_DATE_MAX == CHUNKFILE_DATE_MAX, "stored Date bound");
 #define CACHE_VERIFIED_SLOTS 65536u
 #define CACHE_MARKER "cacheparty.cache"
 #define CACHE_MARKER_VERSION 1

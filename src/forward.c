@@ -282,7 +282,7 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
         putf(&w, "Content-Length: %llu\r\n", (unsigned long long)h->total);
         break;
     }
-    if (h->head != NULL && !w.over) {
+    if (h->head != NULL && !short_body && !w.over) { /* (412, 416: our text, not the object) */
         enum objhead_omit omit = no_content         ? OBJHEAD_NO_CONTENT
                                  : h->status == 206 ? OBJHEAD_PART
                                                     : OBJHEAD_ALL;

@@ -1984,7 +1984,7 @@ def chunk_file_info(path):
     when the file is missing or too short to hold the fields."""
     try:
         with open(path, "rb") as f:
-            data = f.read(_CHUNK_FIXED.size + _CHUNK_FIXED_V2.size + 8192 + 512 + 64 + 16384)
+            data = f.read(64 * 1024)   # more than the largest header
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return None

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "http1.h"
+#include "objhead.h"
 #include "util.h"
 
 #define HOSTNAME "cache1"
@@ -984,6 +985,63 @@ static void test_fwd_cache_response_412_has_a_short_text_body(void **state)
     assert_null(strstr(g_out, "\r\n\r\n412"));
 }
 
+static void test_fwd_cache_response_replays_the_stored_head(void **state)
+{
+    (void)state;
+    const char *text = "Content-Encoding: gzip\r\nContent-MD5: x\r\nX-A: 1\r\n";
+    struct objhead *oh = objhead_new(text, strlen(text), DATE, strlen(DATE), 784111777, 7);
+    assert_non_null(oh);
+    struct fwd_cache_head h = {.status = 200,
+                               .total = 10,
+                               .end = 9,
+                               .etag = "\"e\"",
+                               .last_modified = "",
+                               .content_type = "x/y",
+                               .head = oh,
+                               .age = true,
+                               .now = 784111777 + 3,
+                               .hostname = HOSTNAME,
+                               .cache_status = "HIT",
+                               .keep_alive = true,
+                               .client_minor = 1};
+    size_t n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_string_equal(g_out, "HTTP/1.1 200 OK\r\n"
+                               "Date: " DATE "\r\n"
+                               "Age: 10\r\n"
+                               "Content-Type: x/y\r\n"
+                               "ETag: \"e\"\r\n"
+                               "Accept-Ranges: bytes\r\n"
+                               "Content-Length: 10\r\n"
+                               "Content-Encoding: gzip\r\nContent-MD5: x\r\nX-A: 1\r\n"
+                               "X-LanCache-Processed-By: " HOSTNAME "\r\n"
+                               "X-Upstream-Cache-Status: HIT\r\n"
+                               "\r\n");
+    h.status = 206; /* a part: no digest of the whole content */
+    h.start = 2;
+    h.end = 3;
+    n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_non_null(strstr(g_out, "Content-Encoding: gzip\r\nX-A: 1\r\n"));
+    assert_null(strstr(g_out, "Content-MD5"));
+    h.status = 304;
+    h.age = false;
+    n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_null(strstr(g_out, "Content-"));
+    assert_null(strstr(g_out, "Age:"));
+    assert_non_null(strstr(g_out, "X-A: 1\r\n"));
+    assert_non_null(strstr(g_out, "Date: " DATE "\r\n"));
+    h.status = 412;
+    n = fwd_cache_response(&h, false, g_out, sizeof(g_out) - 1);
+    g_out[n] = '\0';
+    assert_null(strstr(g_out, "X-A"));
+    assert_null(strstr(g_out, "Content-Encoding"));
+    assert_non_null(strstr(g_out, "Date: " DATE "\r\n"));
+    assert_int_equal(fwd_cache_response(&h, false, g_out, 60), 0); /* does not fit */
+    objhead_unref(&oh);
+}
+
 static void test_fwd_cache_response_416_says_the_length(void **state)
 {
     (void)state;
@@ -1137,6 +1195,7 @@ int main(void)
         cmocka_unit_test(test_fwd_response_head_adds_our_date_when_the_origin_sent_none),
         cmocka_unit_test(test_fwd_cache_response_412_has_a_short_text_body),
         cmocka_unit_test(test_fwd_cache_response_416_says_the_length),
+        cmocka_unit_test(test_fwd_cache_response_replays_the_stored_head),
         cmocka_unit_test(test_fwd_is_loop_detects_our_name),
         cmocka_unit_test(test_fwd_is_loop_other_names_are_not_loops),
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),
