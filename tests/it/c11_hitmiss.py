@@ -142,7 +142,8 @@ class HitMiss(H.CPTestCase):
     def test_readahead_evicted_before_delivery_still_counts_as_miss(self):
         # 16 MiB of memory and 4 runs of read-ahead: chunks fetched ahead are evicted before the
         # client gets to them, and are read back from their files: still first deliveries
-        self.start({"memory_size": "16M"})
+        # (a quarter of the object, so that the ASan build's smaller object is evicted too)
+        self.start({"memory_size": "%dM" % max(4, BIG // H.MIB // 4)})
         p = H.size_path(BIG, "c11/evict")
         self.download(p)
         hit, miss = self.wait_counted(BIG)
