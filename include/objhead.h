@@ -44,8 +44,9 @@ struct objhead {
                               stored on disk */
     char date[OBJHEAD_DATE_MAX + 1]; /* the origin's Date as sent, else ours at response_time */
     size_t date_len;
-    size_t len;  /* bytes of text */
-    char text[]; /* owns: the kept fields, "Name: value\r\n" each; NUL after */
+    int64_t date_value; /* <date> parsed (seconds since the epoch), for the conditionals */
+    size_t len;         /* bytes of text */
+    char text[];        /* owns: the kept fields, "Name: value\r\n" each; NUL after */
 };
 
 /* Whether a response field named <name>[0..len) may be stored (the rules above; Connection's

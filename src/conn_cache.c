@@ -35,7 +35,6 @@
 #include "conn_int.h"
 #include "fetch.h"
 #include "forward.h"
-#include "httpdate.h"
 #include "log.h"
 #include "multipart.h"
 #include "objhead.h"
@@ -305,9 +304,9 @@ static enum precond_outcome preconditions(const struct conn *c, const struct cac
     r.if_range = precond_field_of(c, "If-Range");
     r.has_range = has_range;
     int64_t now = (int64_t)ev_now(c->ctx->loop);
-    struct precond_stored st = {m->etag, m->last_modified, false, 0};
-    st.has_date =
-        m->head != NULL && httpdate_parse(m->head->date, m->head->date_len, now, &st.date) == 0;
+    /* (the stored Date was parsed once, when the head was made) */
+    struct precond_stored st = {m->etag, m->last_modified, m->head != NULL,
+                                m->head != NULL ? m->head->date_value : 0};
     return precond_evaluate(&r, &st, now);
 }
 

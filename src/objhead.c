@@ -138,6 +138,7 @@ int objhead_from_response(const char *buf, const struct h1_resp *resp, double re
     h->origin_aged = age != NULL && parse_delta(buf + age->value.off, age->value.len, &age_value);
     if (!h->origin_aged)
         age_value = 0;
+    h->date_value = date_value;
     int64_t apparent = rt > date_value ? rt - date_value : 0;
     /* (whole seconds of the unrounded times: a fill across a second boundary took no second) */
     int64_t delay = response_time > request_time ? (int64_t)(response_time - request_time) : 0;
@@ -197,6 +198,7 @@ struct objhead *objhead_new(const char *text, size_t len, const char *date, size
         memcpy(h->date, date, date_len);
     h->date[date_len] = '\0';
     h->date_len = date_len;
+    h->date_value = d;
     h->response_time = response_time;
     h->initial_age = initial_age;
     return h;

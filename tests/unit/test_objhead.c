@@ -65,6 +65,7 @@ static void test_objhead_keeps_end_to_end_fields_in_order(void **state)
     assert_int_equal(h->len, strlen(h->text));
     assert_string_equal(h->date, T0_DATE);
     assert_int_equal(h->date_len, strlen(T0_DATE));
+    assert_int_equal(h->date_value, T0);
     assert_int_equal(h->initial_age, 3); /* Age: 3, no delay, Date == response time */
     objhead_unref(&h);
     assert_null(h);
@@ -239,6 +240,7 @@ static void test_objhead_new_refuses_oversized_parts(void **state)
     assert_non_null(h);
     assert_int_equal(h->len, 0);
     assert_string_equal(h->date, T0_DATE);
+    assert_int_equal(h->date_value, T0);
     objhead_unref(&h);
     h = objhead_new("X-A: v\twith\xe9 obs-text\r\n", 23, T0_DATE, strlen(T0_DATE), T0, 0);
     assert_non_null(h);
