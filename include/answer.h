@@ -44,6 +44,11 @@ bool answer_append(struct answer *a, const char *data, size_t len);
  * 1xx, 204, 304), and the spare room of the buffer is returned. */
 void answer_end(struct answer *a);
 bool answer_complete(const struct answer *a);
+/* Whether the origin framed the body (a length, chunked, or none at all): a close-delimited body's
+ * end cannot be told from a cut connection. */
+bool answer_is_framed(const struct answer *a);
+/* The memory the answer holds (its head copy and body buffer). */
+size_t answer_size(const struct answer *a);
 
 struct answer *answer_ref(struct answer *a);
 void answer_unref(struct answer **a);

@@ -291,11 +291,16 @@ struct answer *cache_chunk_answer(const struct chunk *ck);
  */
 int cache_purge(struct cache *c, const char *key, size_t key_len);
 
+/* The fresh answers that are not objects (anstore.h), within [cache] answers_memory: a purge
+ * and a new object version drop the object's entry. Borrowed. */
+struct anstore *cache_answers(struct cache *c);
+
 /* Gauges, read when the counters are exported (the cache's counters are in g_stats, stats.h). */
 struct cache_stats {
     uint64_t mem_bytes, mem_chunks;
-    uint64_t shards_down; /* cache dirs switched to pass-through after a disk error */
-    uint64_t io_pending;  /* disk jobs queued or running */
+    uint64_t answers, answer_bytes; /* the fresh answers kept (anstore) */
+    uint64_t shards_down;           /* cache dirs switched to pass-through after a disk error */
+    uint64_t io_pending;            /* disk jobs queued or running */
     uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */
     bool disk_scan_done;
 };

@@ -91,7 +91,8 @@ struct config {
     uint64_t disk_size;
     uint64_t min_free;
     uint64_t memory_size;
-    uint64_t chunk_size; /* power of two, 4K .. 64M */
+    uint64_t answers_memory; /* [cache] answers_memory: the fresh non-object answers kept */
+    uint64_t chunk_size;     /* power of two, 4K .. 64M */
     uint64_t max_age_ms;
 
     /* [domains] */

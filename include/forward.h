@@ -64,6 +64,8 @@ struct fwd_resp_opts {
     bool keep_alive;          /* we intend to keep the client connection */
     const char *date;         /* ours (IMF-fixdate), sent when the origin's answer has no Date;
                                  NULL: none. The origin's own Date is always passed on. */
+    bool send_age;            /* an answer kept by the cache: the origin's Age is replaced by */
+    int64_t age;              /* this one (RFC 9111 §4.2.3) */
 };
 
 /*

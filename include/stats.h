@@ -80,6 +80,14 @@
     X(fetch_chunked_stored, counter, NULL, NULL,                                                   \
       "chunked 200 answers of origins that ignore Range, read whole and stored")                   \
     X(answer_bytes, gauge, NULL, NULL, "bytes of uncacheable origin answers held to share")        \
+    X(fresh_answers_kept, counter, NULL, NULL,                                                     \
+      "uncacheable origin answers kept for reuse because the origin gave them a freshness "        \
+      "lifetime")                                                                                  \
+    X(fresh_answers_reused, counter, NULL, NULL,                                                   \
+      "requests answered from a kept fresh answer (no origin request)")                            \
+    X(fresh_answers, gauge, NULL, NULL, "fresh uncacheable answers kept for reuse")                \
+    X(fresh_answer_bytes, gauge, NULL, NULL,                                                       \
+      "memory of the fresh answers kept, within [cache] answers_memory")                           \
     X(dns_queries, counter, NULL, NULL, "DNS queries sent")                                        \
     X(dns_cache_hits, counter, NULL, NULL, "name lookups answered from the DNS cache")             \
     X(dns_failures, counter, "errors_total", "dns", "name lookups that failed")                    \

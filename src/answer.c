@@ -18,8 +18,10 @@ struct answer {
     struct h1_resp resp; /* the origin's head; framed by the body's length once complete */
     char *body;          /* owns: <len> body bytes, room for <room> */
     size_t len, room;    /* (room is what g_stats.answer_bytes counts for this answer) */
+    size_t head_len;     /* bytes of <head> */
     size_t bound;        /* the body may not grow past it */
     bool complete;
+    bool framed; /* the origin's framing was not close-delimited */
 };
 
 static unsigned live_answers;
@@ -51,7 +53,9 @@ struct answer *answer_new(const char *head, const struct h1_resp *resp, size_t b
     a->head = xmalloc(n + 1);
     memcpy(a->head, head, n);
     a->head[n] = '\0';
+    a->head_len = n + 1;
     a->resp = *resp;
+    a->framed = resp->framing != H1_BODY_CLOSE;
     a->bound = bound;
     live_answers++;
     return a;
@@ -118,6 +122,18 @@ bool answer_complete(const struct answer *a)
 {
     CHECK_OBJ(a, ANSWER_MAGIC);
     return a->complete;
+}
+
+bool answer_is_framed(const struct answer *a)
+{
+    CHECK_OBJ(a, ANSWER_MAGIC);
+    return a->framed;
+}
+
+size_t answer_size(const struct answer *a)
+{
+    CHECK_OBJ(a, ANSWER_MAGIC);
+    return sizeof(*a) + a->head_len + a->room;
 }
 
 struct answer *answer_ref(struct answer *a)

@@ -36,6 +36,7 @@
 #include <ev.h>
 
 #include "answer.h"
+#include "anstore.h"
 #include "config.h"
 #include "cache_int.h"
 #include "diskidx.h"
@@ -93,6 +94,7 @@ struct shard_state {
 struct cache {
     unsigned magic;
     struct ev_loop *loop;
+    struct anstore *answers; /* owns: the fresh answers that are not objects */
     uint64_t chunk_size;
     uint64_t budget;
     uint64_t mem_used;
@@ -1194,6 +1196,7 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
                  "version's chunks");
         drop_old_version(c, ck->obj, v->total, m, ck);
     }
+    anstore_drop(c->answers, ck->key, ck->key_len); /* an object now: its latest answer */
     chunk_take_meta(ck, m, objver_set(c, ck->obj, m, ck->refetch_id));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
@@ -1549,6 +1552,7 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
+    anstore_drop(c->answers, key, key_len); /* (not counted: it is no chunk) */
     int removed = 0;
     /* Memory: every index up to the length known for the object. Sealed chunks also have a
      * file (counted below); chunks still filling are counted here. */
@@ -1603,10 +1607,18 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     return removed;
 }
 
+struct anstore *cache_answers(struct cache *c)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    return c->answers;
+}
+
 void cache_get_stats(const struct cache *c, struct cache_stats *out)
 {
     *out = c->st;
     out->mem_bytes = c->mem_used;
+    out->answers = anstore_count(c->answers);
+    out->answer_bytes = anstore_bytes(c->answers);
     out->io_pending = c->io != NULL ? iopool_pending(c->io) : 0;
     struct diskidx_stats ds;
     diskidx_get_stats(c->didx, &ds);
@@ -1694,6 +1706,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->loop = loop;
     c->chunk_size = cfg->chunk_size;
     c->budget = cfg->memory_size;
+    c->answers = anstore_new((size_t)cfg->answers_memory);
     c->n_dirs = cfg->n_dirs;
     c->dirs = xcalloc(cfg->n_dirs, sizeof(*c->dirs));
     for (size_t i = 0; i < cfg->n_dirs; i++)
@@ -1712,6 +1725,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     if (c->io == NULL) {
         snprintf(err, errlen, "cannot start the disk I/O threads: %s", strerror(errno));
         cache_seen_tab_fini(&c->seen);
+        anstore_free(&c->answers);
         free(c->shards);
         free(c->verified);
         free(c->objs);
@@ -1732,6 +1746,7 @@ void cache_reconfigure(struct cache *c, const struct config *cfg)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
     c->budget = cfg->memory_size;
+    anstore_set_limit(c->answers, (size_t)cfg->answers_memory);
     diskidx_set_limits(c->didx, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
     mem_notify(c); /* a larger budget may let waiting fills go on */
 }
@@ -1758,6 +1773,7 @@ void cache_free(struct cache **cp)
     }
     ev_clear_pending(c->loop, &c->notify_ev);
     cache_seen_tab_fini(&c->seen);
+    anstore_free(&c->answers);
     diskidx_free(&c->didx);
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);

@@ -207,6 +207,13 @@ static const struct cfg_key cfg_keys[] = {
      .min = 1,
      .def = "256M"},
     {.section = "cache",
+     .name = "answers_memory",
+     .parse = parse_size,
+     .off = offsetof(struct config, answers_memory),
+     /* (kept answers count in ANSWER_BYTES_MAX too: most of it stays for sharing) */
+     .max = 16ull * 1024 * 1024,
+     .def = "4M"},
+    {.section = "cache",
      .name = "chunk_size",
      .parse = parse_chunk,
      .off = offsetof(struct config, chunk_size),
@@ -665,6 +672,11 @@ static int parse_size(struct config *cfg, const struct cfg_key *key, const char 
         return -1;
     if (v < key->min)
         return bad(msg, msglen, "must be greater than 0");
+    if (key->max != 0 && v > key->max) {
+        char m[32];
+        fmt_size(key->max, m, sizeof(m));
+        return bad(msg, msglen, "must be at most %s", m);
+    }
     *(uint64_t *)field(cfg, key->off) = v;
     return 0;
 }

@@ -79,9 +79,10 @@ const char *const conn_state_names[] = {
  * may close. A request ends in READ_HEAD (keep-alive) or FLUSH (close after the response), from
  * wherever it was answered: locally, by a responder, or cut short. */
 static const unsigned conn_next[] = {
+    /* (SHARE: the cache path found a kept fresh answer before any chunk) */
     [CONN_S_READ_HEAD] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_RESOLVE) |
-                         CONN_TO(CONN_S_CACHE_HEAD) | CONN_TO(CONN_S_FLUSH) |
-                         CONN_TO(CONN_S_CLOSING),
+                         CONN_TO(CONN_S_CACHE_HEAD) | CONN_TO(CONN_S_SHARE) |
+                         CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_RESOLVE] = CONN_TO(CONN_S_UPSTREAM) | CONN_TO(CONN_S_READ_HEAD) |
                        CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |

@@ -29,6 +29,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 
+#include "anstore.h"
 #include "answer.h"
 #include "cache.h"
 #include "config.h"
@@ -242,6 +243,21 @@ void conn_cache_begin(struct conn *c)
     c->refetch_id = c->force ? cache_refetch_id(c->ctx->cache) : 0;
     c->objkey = cache_key_build(c->ident, c->req_head + c->req.path_only.off, c->req.path_only.len,
                                 &c->objkey_len);
+
+    /* The origin's latest answer for the object, when it was not one and is still fresh
+     * (anstore.h): answered from it, as the share path answers a fill's. A refetch drops it. */
+    struct anstore *answers = cache_answers(c->ctx->cache);
+    struct anstore_hit hit;
+    if (c->force) {
+        anstore_drop(answers, c->objkey, c->objkey_len);
+    } else if (anstore_get(answers, c->objkey, c->objkey_len, (int64_t)ev_now(c->ctx->loop),
+                           &hit)) {
+        ASSERT(c->shared == NULL && c->shared_head == NULL);
+        c->shared = answer_ref(hit.ans);
+        c->shared_head = objhead_ref(hit.head);
+        conn_hand_over(c, &conn_share_responder);
+        return;
+    }
 
     if (c->head_req) {
         /* HEAD never fills the cache: answer from a stored chunk, else forward it. */

@@ -135,6 +135,8 @@ struct conn {
 
     /* The shared-answer path (conn_share.c). */
     struct answer *shared; /* ref: the fill's uncacheable answer this request is answered from */
+    struct objhead *shared_head; /* ref: when <shared> is a kept fresh answer (anstore.h), its
+                                    Date and times; NULL: the answer of the fill it waited on */
 };
 
 extern const char *const conn_state_names[];

@@ -15,6 +15,10 @@
  * (Content-Length), then step() sends the body straight from the answer's memory, CONN_SEND_MAX
  * a call and CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets the head
  * alone.
+ *
+ * An answer the cache kept while fresh (anstore.h; the cache path found it, c->shared_head set)
+ * is sent the same way, as a HIT: its Date is the origin's (else when it was received), its Age
+ * computed (RFC 9111 §4.2.3) in place of the origin's, and its bytes count as hit bytes.
  */
 #include <errno.h>
 #include <string.h>
@@ -27,21 +31,28 @@
 #include "conn_int.h"
 #include "forward.h"
 #include "log.h"
+#include "objhead.h"
 #include "stats.h"
 #include "util.h"
 
 static void share_begin(struct conn *c)
 {
     ASSERT(c->shared != NULL && answer_complete(c->shared));
-    c->cached = false; /* (the access log says MISS: the answer came from the origin) */
+    bool kept = c->shared_head != NULL;
+    /* (the access log says MISS for the fill's own answer, which came from the origin; HIT
+     * for a kept one: cached, and no byte of it a first delivery) */
+    c->cached = kept;
     const char *hbuf;
     const struct h1_resp *resp = answer_head(c->shared, &hbuf);
-    struct fwd_resp_opts o = {.hostname = g_cfg->hostname,
-                              .cache_status = "MISS", /* (as the pass path says) */
-                              .client_minor = c->req.version_minor,
-                              .head_req = c->head_req,
-                              .keep_alive = c->keep_alive && !c->draining,
-                              .date = conn_date(c)};
+    struct fwd_resp_opts o = {
+        .hostname = g_cfg->hostname,
+        .cache_status = kept ? "HIT" : "MISS", /* (as the pass path says) */
+        .client_minor = c->req.version_minor,
+        .head_req = c->head_req,
+        .keep_alive = c->keep_alive && !c->draining,
+        .date = kept ? c->shared_head->date : conn_date(c),
+        .send_age = kept,
+        .age = kept ? objhead_age(c->shared_head, (int64_t)ev_now(c->ctx->loop)) : 0};
     conn_out_ensure(c);
     buf_compact(&c->out);
     size_t n = fwd_response_head(hbuf, resp, &o, &c->body, c->out.last, buf_room(&c->out));
@@ -50,7 +61,10 @@ static void share_begin(struct conn *c)
         conn_local_response(c, 502, false, NULL);
         return;
     }
-    g_stats.answers_shared++;
+    if (kept)
+        g_stats.fresh_answers_reused++;
+    else
+        g_stats.answers_shared++;
     c->out.last += n;
     c->status = resp->status;
     if (!o.keep_alive)
@@ -91,7 +105,10 @@ static bool share_step(struct conn *c)
         }
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        g_stats.bytes_miss += (uint64_t)k; /* (from the origin, as the pass path counts it) */
+        if (c->shared_head != NULL)
+            g_stats.bytes_hit += (uint64_t)k; /* (no origin request for it) */
+        else
+            g_stats.bytes_miss += (uint64_t)k; /* (from the origin, as the pass path counts it) */
         c->last_write = ev_now(c->ctx->loop);
         turn += (uint64_t)k;
         if ((size_t)k < n || (turn >= CONN_SEND_TURN && c->pos < len)) {
@@ -106,6 +123,7 @@ static bool share_step(struct conn *c)
 static void share_reset(struct conn *c)
 {
     answer_unref(&c->shared);
+    objhead_unref(&c->shared_head);
     c->body = FWD_BODY_NONE;
     c->blocked_write = false;
 }

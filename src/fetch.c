@@ -59,6 +59,7 @@
 #include <ev.h>
 
 #include "admit.h"
+#include "anstore.h"
 #include "answer.h"
 #include "cache.h"
 #include "config.h"
@@ -128,6 +129,7 @@ struct fetch {
     struct cache_meta meta; /* as first answered (resumptions must match); owns its head's ref */
     bool meta_known;
     double sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
+    double ans_at;  /* when the head of f->ans arrived (RFC 9111 response_time) */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -362,6 +364,21 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
 {
     struct answer *ans =
         why == CHUNK_FAIL_PASS && f->ans != NULL && answer_complete(f->ans) ? f->ans : NULL;
+    for (size_t i = 0; ans != NULL && i < f->n; i++) {
+        if (f->cks[i] == NULL)
+            continue;
+        /* Kept for later requests too, when the origin gave it a freshness lifetime. */
+        size_t key_len;
+        const char *key = cache_chunk_key(f->cks[i], &key_len);
+        struct anstore *st = cache_answers(cache_chunk_cache(f->cks[i]));
+        if (anstore_put(st, key, key_len, ans, f->sent_at, f->ans_at)) {
+            const char *hb;
+            log_debug("fetch#%u %s: answer %d kept while fresh", f->id, f->host,
+                      answer_head(ans, &hb)->status);
+            g_stats.fresh_answers_kept++;
+        }
+        break;
+    }
     for (size_t i = 0; i < f->n; i++) {
         struct chunk *ck = f->cks[i];
         if (ck == NULL)
@@ -589,6 +606,7 @@ static void start_answer(struct fetch *f, const char *buf, const struct h1_resp 
 {
     ASSERT(f->ans == NULL);
     f->ans = answer_new(buf, resp, share_bound(f));
+    f->ans_at = ev_now(fctx->loop);
     if (resp->framing == H1_BODY_NONE)
         answer_end(f->ans); /* (no body follows: upstream ends it at once) */
     fetch_set_state(f, st);

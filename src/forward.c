@@ -218,12 +218,14 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
         if (name_is(rbuf, f, "Content-Length") && !keep_cl_field)
             continue;
         if (name_is(rbuf, f, "X-LanCache-Processed-By") ||
-            name_is(rbuf, f, "X-Upstream-Cache-Status"))
+            name_is(rbuf, f, "X-Upstream-Cache-Status") || (o->send_age && name_is(rbuf, f, "Age")))
             continue;
         put_field(&w, rbuf, f);
     }
     if (!has_date && o->date != NULL) /* RFC 9110 §6.6.1: a recipient with a clock adds one */
         putf(&w, "Date: %s\r\n", o->date);
+    if (o->send_age)
+        putf(&w, "Age: %lld\r\n", (long long)o->age);
     if (resp->framing == H1_BODY_LENGTH)
         putf(&w, "Content-Length: %llu\r\n", (unsigned long long)resp->content_length);
     if (*body == FWD_BODY_CHUNKED)

@@ -197,6 +197,8 @@ static void read_gauges(struct stats *st, void *arg)
         cache_get_stats(ctx.cache, &cs);
     st->cache_mem_bytes = cs.mem_bytes;
     st->cache_mem_chunks = cs.mem_chunks;
+    st->fresh_answers = cs.answers;
+    st->fresh_answer_bytes = cs.answer_bytes;
     st->cache_dirs_down = cs.shards_down;
     st->cache_io_pending = cs.io_pending;
     st->cache_disk_bytes = cs.disk_bytes;

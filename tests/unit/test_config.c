@@ -318,6 +318,7 @@ static void test_config_load_empty_gives_defaults(void **state)
     assert_true(cfg->disk_size == 1000 * G);
     assert_true(cfg->min_free == 10 * G);
     assert_true(cfg->memory_size == 256 * M);
+    assert_true(cfg->answers_memory == 4 * M);
     assert_true(cfg->chunk_size == M);
     assert_true(cfg->max_age_ms == 3650ull * 86400000);
 
@@ -737,6 +738,7 @@ static void test_config_error_bad_values_exact(void **state)
         {"[cache]\ndisk_size = 16777216T\n",
          "t.ini:2: [cache] disk_size: '16777216T' is too large"},
         {"[cache]\nmemory_size = 0\n", "t.ini:2: [cache] memory_size: must be greater than 0"},
+        {"[cache]\nanswers_memory = 17M\n", "t.ini:2: [cache] answers_memory: must be at most 16M"},
         {"[cache]\nchunk_size = 3M\n",
          "t.ini:2: [cache] chunk_size: '3M' must be a power of two between 4K and 64M"},
         {"[cache]\nchunk_size = 2K\n",

@@ -540,7 +540,7 @@ static void test_fwd_request_head_cap_too_small_returns_zero(void **state)
 static const char *resp_head(const char *s, enum h1_method m, int minor, bool keep,
                              const char *status, enum fwd_body *body)
 {
-    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL};
+    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL, false, 0};
     parse_resp(s, m);
     *body = (enum fwd_body) - 1;
     size_t n = fwd_response_head(s, &g_resp, &o, body, g_out, sizeof(g_out) - 1);
@@ -607,6 +607,56 @@ static void check_resp_cases(const struct resp_case *c, size_t n)
         CASE_CHECK(h1_resp_parse(h, strlen(h), c[i].method, &back) == (ssize_t)strlen(h), i, h);
         CASE_CHECK(back.status == g_resp.status, i, h);
     }
+}
+
+/* A kept answer: the origin's Age (one or several) gives way to ours, its Date stays; without
+ * send_age, the origin's Age is passed on and none is added. */
+static void test_fwd_response_head_age_of_a_kept_answer(void **state)
+{
+    (void)state;
+    const char *s = "HTTP/1.1 404 Not Found\r\nDate: Wed, 02 Dec 2026 00:00:00 GMT\r\nAge: 5\r\n"
+                    "X-A: 1\r\nAge: 7\r\nContent-Length: 3\r\n\r\n";
+    struct fwd_resp_opts o = {.hostname = HOSTNAME,
+                              .cache_status = "HIT",
+                              .client_minor = 1,
+                              .keep_alive = true,
+                              .date = "Thu, 03 Dec 2026 00:00:00 GMT",
+                              .send_age = true,
+                              .age = 42};
+    enum fwd_body body;
+    char v[64];
+    parse_resp(s, H1_M_GET);
+    size_t n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_int_equal(count_field(g_out, "Age"), 1);
+    assert_true(field_value(g_out, "Age", v, sizeof(v)));
+    assert_string_equal(v, "42");
+    assert_int_equal(count_field(g_out, "Date"), 1);
+    assert_true(field_value(g_out, "Date", v, sizeof(v)));
+    assert_string_equal(v, "Wed, 02 Dec 2026 00:00:00 GMT");
+    assert_int_equal(count_field(g_out, "X-A"), 1);
+
+    /* no Date from the origin: the one given (when the answer was received) */
+    s = "HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\n";
+    parse_resp(s, H1_M_GET);
+    n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_true(field_value(g_out, "Date", v, sizeof(v)));
+    assert_string_equal(v, "Thu, 03 Dec 2026 00:00:00 GMT");
+    assert_true(field_value(g_out, "Age", v, sizeof(v)));
+    assert_string_equal(v, "42");
+
+    o.send_age = false;
+    s = "HTTP/1.1 404 Not Found\r\nAge: 5\r\nContent-Length: 3\r\n\r\n";
+    parse_resp(s, H1_M_GET);
+    n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
+    assert_true(n > 0);
+    g_out[n] = '\0';
+    assert_int_equal(count_field(g_out, "Age"), 1);
+    assert_true(field_value(g_out, "Age", v, sizeof(v)));
+    assert_string_equal(v, "5");
 }
 
 static void test_fwd_response_head_length_framing_matrix(void **state)
@@ -756,7 +806,7 @@ static const char cap_resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 123\r\nETag: 
 static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0};
     enum fwd_body body;
     char out[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -771,7 +821,7 @@ static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 static void test_fwd_response_head_cap_exact_fits(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0};
     enum fwd_body body;
     char out[512], want[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -920,7 +970,7 @@ static void test_fwd_local_response_carries_the_date_given(void **state)
 
 static size_t resp_head_dated(const char *s, const char *date)
 {
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date, false, 0};
     enum fwd_body body;
     parse_resp(s, H1_M_GET);
     size_t n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
@@ -1172,6 +1222,7 @@ int main(void)
         cmocka_unit_test(test_fwd_request_head_processed_by_fields_merged),
         cmocka_unit_test(test_fwd_request_head_processed_by_empty_value_adds_ours),
         cmocka_unit_test(test_fwd_request_head_cap_too_small_returns_zero),
+        cmocka_unit_test(test_fwd_response_head_age_of_a_kept_answer),
         cmocka_unit_test(test_fwd_response_head_length_framing_matrix),
         cmocka_unit_test(test_fwd_response_head_chunked_framing_matrix),
         cmocka_unit_test(test_fwd_response_head_close_framing_matrix),

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* anstore: fresh answers that are not objects, kept while fresh. See anstore.h. */
+#include "anstore.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "answer.h"
+#include "freshness.h"
+#include "http1.h"
+#include "objhead.h"
+#include "util.h"
+
+#define ANSTORE_MAGIC 0xa5707e01u
+#define ANSTORE_FIRST_BUCKETS 64u
+
+struct entry {
+    struct entry *hnext;       /* the bucket's chain */
+    struct entry *prev, *next; /* the LRU list: head most recently used */
+    uint64_t hash;
+    struct answer *ans;   /* ref */
+    struct objhead *head; /* ref: Date and times (Age) */
+    int64_t lifetime;     /* seconds, at most ANSTORE_LIFETIME_MAX */
+    size_t bytes;         /* what it counts against the limit */
+    size_t key_len;
+    char key[]; /* owns */
+};
+
+struct anstore {
+    unsigned magic;
+    size_t limit, bytes;
+    unsigned count;
+    size_t n_buckets;             /* a power of two */
+    struct entry **buckets;       /* owns the entries */
+    struct entry *lru, *lru_tail; /* borrows */
+};
+
+struct anstore *anstore_new(size_t limit)
+{
+    struct anstore *s = xcalloc(1, sizeof(*s));
+    s->magic = ANSTORE_MAGIC;
+    s->limit = limit;
+    s->n_buckets = ANSTORE_FIRST_BUCKETS;
+    s->buckets = xcalloc(s->n_buckets, sizeof(*s->buckets));
+    return s;
+}
+
+static uint64_t key_hash(const char *key, size_t len)
+{
+    return XXH3_64bits(key, len);
+}
+
+static struct entry **slot_of(struct anstore *s, const char *key, size_t len, uint64_t h)
+{
+    struct entry **pp = &s->buckets[h & (s->n_buckets - 1)];
+    while (*pp != NULL &&
+           !((*pp)->hash == h && (*pp)->key_len == len && memcmp((*pp)->key, key, len) == 0))
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
+static void lru_unlink(struct anstore *s, struct entry *e)
+{
+    if (e->prev != NULL)
+        e->prev->next = e->next;
+    else
+        s->lru = e->next;
+    if (e->next != NULL)
+        e->next->prev = e->prev;
+    else
+        s->lru_tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void lru_push(struct anstore *s, struct entry *e)
+{
+    e->prev = NULL;
+    e->next = s->lru;
+    if (s->lru != NULL)
+        s->lru->prev = e;
+    s->lru = e;
+    if (s->lru_tail == NULL)
+        s->lru_tail = e;
+}
+
+/* Removes the entry at *<pp> (a bucket slot) and frees it. */
+static void remove_at(struct anstore *s, struct entry **pp)
+{
+    struct entry *e = *pp;
+    *pp = e->hnext;
+    lru_unlink(s, e);
+    s->bytes -= e->bytes;
+    s->count--;
+    answer_unref(&e->ans);
+    objhead_unref(&e->head);
+    free(e);
+}
+
+static void remove_entry(struct anstore *s, struct entry *e)
+{
+    struct entry **pp = slot_of(s, e->key, e->key_len, e->hash);
+    ASSERT(*pp == e);
+    remove_at(s, pp);
+}
+
+/* Drops least recently used entries until <extra> more bytes fit. */
+static void shrink_to(struct anstore *s, size_t extra)
+{
+    while (s->lru_tail != NULL && s->bytes + extra > s->limit)
+        remove_entry(s, s->lru_tail);
+}
+
+static void grow_buckets(struct anstore *s)
+{
+    size_t n = s->n_buckets * 2;
+    struct entry **b = xcalloc(n, sizeof(*b));
+    for (size_t i = 0; i < s->n_buckets; i++) {
+        struct entry *e = s->buckets[i];
+        while (e != NULL) {
+            struct entry *next = e->hnext;
+            e->hnext = b[e->hash & (n - 1)];
+            b[e->hash & (n - 1)] = e;
+            e = next;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->n_buckets = n;
+}
+
+void anstore_free(struct anstore **sp)
+{
+    struct anstore *s = *sp;
+    if (s == NULL)
+        return;
+    *sp = NULL;
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    while (s->lru != NULL)
+        remove_entry(s, s->lru);
+    free(s->buckets);
+    s->magic = 0;
+    free(s);
+}
+
+void anstore_set_limit(struct anstore *s, size_t limit)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    s->limit = limit;
+    shrink_to(s, 0);
+}
+
+void anstore_drop(struct anstore *s, const char *key, size_t len)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    if (s->count == 0)
+        return;
+    struct entry **pp = slot_of(s, key, len, key_hash(key, len));
+    if (*pp != NULL)
+        remove_at(s, pp);
+}
+
+/* Whether the head <buf>/<resp> of a complete answer may be kept (anstore.h's rules, but for
+ * the lifetime). */
+static bool keepable(const char *buf, const struct h1_resp *resp)
+{
+    int st = resp->status;
+    if (st < 200 || st == 200 || st == 206 || st == 304 || st > 599)
+        return false;
+    struct freshness_cc cc;
+    freshness_cc_parse(buf, resp, &cc);
+    if (cc.no_store || cc.no_cache || cc.private_)
+        return false;
+    if (cc.must_understand && !freshness_status_is_understood(st))
+        return false;
+    return h1_find(buf, resp->fields, resp->n_fields, "Vary") == NULL &&
+           h1_find(buf, resp->fields, resp->n_fields, "Set-Cookie") == NULL;
+}
+
+bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *a,
+                 double request_time, double response_time)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    anstore_drop(s, key, len);
+    if (!answer_complete(a) || !answer_is_framed(a))
+        return false;
+    size_t body_len;
+    (void)answer_body(a, &body_len);
+    const char *buf;
+    const struct h1_resp *resp = answer_head(a, &buf);
+    if (body_len > ANSTORE_BODY_MAX || !keepable(buf, resp))
+        return false;
+    struct objhead *head;
+    if (objhead_from_response(buf, resp, request_time, response_time, &head) < 0)
+        return false; /* (fields past OBJHEAD_FIELDS_MAX: not kept) */
+    int64_t now = (int64_t)response_time;
+    int64_t life = freshness_lifetime(buf, resp, head->date_value, now);
+    if (life > ANSTORE_LIFETIME_MAX)
+        life = ANSTORE_LIFETIME_MAX;
+    size_t bytes = sizeof(struct entry) + len + answer_size(a) + sizeof(*head) + head->len;
+    if (life <= objhead_age(head, now) || bytes > s->limit) {
+        objhead_unref(&head);
+        return false; /* no explicit lifetime, stale already, or larger than the whole store */
+    }
+    shrink_to(s, bytes);
+    if (s->count >= s->n_buckets)
+        grow_buckets(s);
+    struct entry *e = xcalloc(1, sizeof(*e) + len);
+    e->hash = key_hash(key, len);
+    e->ans = answer_ref(a);
+    e->head = head;
+    e->lifetime = life;
+    e->bytes = bytes;
+    e->key_len = len;
+    memcpy(e->key, key, len);
+    struct entry **pp = slot_of(s, key, len, e->hash);
+    ASSERT(*pp == NULL);
+    *pp = e;
+    lru_push(s, e);
+    s->bytes += bytes;
+    s->count++;
+    return true;
+}
+
+bool anstore_get(struct anstore *s, const char *key, size_t len, int64_t now,
+                 struct anstore_hit *hit)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    if (s->count == 0)
+        return false;
+    struct entry **pp = slot_of(s, key, len, key_hash(key, len));
+    struct entry *e = *pp;
+    if (e == NULL)
+        return false;
+    int64_t age = objhead_age(e->head, now);
+    if (age >= e->lifetime) {
+        remove_at(s, pp); /* stale: the next request goes to the origin */
+        return false;
+    }
+    lru_unlink(s, e);
+    lru_push(s, e);
+    hit->ans = e->ans;
+    hit->head = e->head;
+    hit->age = age;
+    return true;
+}
+
+unsigned anstore_count(const struct anstore *s)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    return s->count;
+}
+
+size_t anstore_bytes(const struct anstore *s)
+{
+    CHECK_OBJ(s, ANSTORE_MAGIC);
+    return s->bytes;
+}
