@@ -50,6 +50,18 @@ bool answer_is_framed(const struct answer *a);
 /* The memory the answer holds (its head copy and body buffer). */
 size_t answer_size(const struct answer *a);
 
+/*
+ * Hit and miss per byte, as for objects (cache.h): the answer came from the origin once, so its
+ * first delivery to any client is the miss and every later one a hit. answer_announce() is for a
+ * client's head: true (MISS) for the first head sent from the answer, false (HIT) after;
+ * answer_is_announced() only tells (for a HEAD, which delivers no byte). answer_deliver() records
+ * that body bytes [off, off + len) reached a client and returns how many of them no client had had
+ * before (clients send an answer from its start, so the bytes delivered are one run from 0).
+ */
+bool answer_announce(struct answer *a);
+bool answer_is_announced(const struct answer *a);
+size_t answer_deliver(struct answer *a, size_t off, size_t len);
+
 struct answer *answer_ref(struct answer *a);
 void answer_unref(struct answer **a);
 

@@ -21,7 +21,9 @@ struct answer {
     size_t head_len;     /* bytes of <head> */
     size_t bound;        /* the body may not grow past it */
     bool complete;
-    bool framed; /* the origin's framing was not close-delimited */
+    bool framed;      /* the origin's framing was not close-delimited */
+    bool announced;   /* a head from it was sent (answer_announce) */
+    size_t delivered; /* body bytes [0, delivered) reached a client */
 };
 
 static unsigned live_answers;
@@ -134,6 +136,32 @@ size_t answer_size(const struct answer *a)
 {
     CHECK_OBJ(a, ANSWER_MAGIC);
     return sizeof(*a) + a->head_len + a->room;
+}
+
+bool answer_announce(struct answer *a)
+{
+    CHECK_OBJ(a, ANSWER_MAGIC);
+    bool first = !a->announced;
+    a->announced = true;
+    return first;
+}
+
+bool answer_is_announced(const struct answer *a)
+{
+    CHECK_OBJ(a, ANSWER_MAGIC);
+    return a->announced;
+}
+
+size_t answer_deliver(struct answer *a, size_t off, size_t len)
+{
+    CHECK_OBJ(a, ANSWER_MAGIC);
+    ASSERT(off <= a->len && len <= a->len - off);
+    size_t end = off + len;
+    if (end <= a->delivered)
+        return 0;
+    size_t fresh = end - (off > a->delivered ? off : a->delivered);
+    a->delivered = end;
+    return fresh;
 }
 
 struct answer *answer_ref(struct answer *a)

@@ -478,6 +478,7 @@ static bool head_step(struct conn *c)
         if (why == CHUNK_FAIL_PASS && cache_chunk_answer(ck) != NULL) {
             ASSERT(c->shared == NULL);
             c->shared = answer_ref(cache_chunk_answer(ck));
+            c->shared_force = c->force; /* (the hand-over resets c->force) */
         }
         drop_chunk(c);
         switch (why) {

@@ -135,6 +135,7 @@ struct conn {
 
     /* The shared-answer path (conn_share.c). */
     struct answer *shared; /* ref: the fill's uncacheable answer this request is answered from */
+    bool shared_force;     /* the request was a refetch (?nocache=): its answer says BYPASS */
     struct objhead *shared_head; /* ref: when <shared> is a kept fresh answer (anstore.h), its
                                     Date and times; NULL: the answer of the fill it waited on */
 };

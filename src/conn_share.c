@@ -10,15 +10,20 @@
  * | SHARE | room in the socket for the rest of the answer's body     | the conn driver  |
  *
  * begin() queues the head as the pass path would forward the origin's (fwd_response_head:
- * hop-by-hop fields removed, the origin's Date kept or ours added, X-LanCache-* set, cache
- * status MISS, also for ?nocache=, as the pass path says), framed by the exact length read
- * (Content-Length), then step() sends the body straight from the answer's memory, CONN_SEND_MAX
- * a call and CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets the head
- * alone.
+ * hop-by-hop fields removed, the origin's Date kept or ours added, X-LanCache-* set), framed by the
+ * exact length read (Content-Length), then step() sends the body straight from the answer's memory,
+ * CONN_SEND_MAX a call and CONN_SEND_TURN a turn, as the cache path does. HEAD (and 204, 304) gets
+ * the head alone.
  *
  * An answer the cache kept while fresh (anstore.h; the cache path found it, c->shared_head set)
- * is sent the same way, as a HIT: its Date is the origin's (else when it was received), its Age
- * computed (RFC 9111 §4.2.3) in place of the origin's, and its bytes count as hit bytes.
+ * is sent the same way: its Date is the origin's (else when it was received), its Age computed
+ * (RFC 9111 §4.2.3) in place of the origin's.
+ *
+ * Hit and miss per byte, as the cache path counts them: the answer came from the origin once,
+ * so the first head sent from it says MISS and its bytes' first delivery is the miss; every other
+ * client's, a waiter's or a later request's from a kept answer, is a hit (answer_announce,
+ * answer_deliver). The access log says the same (c->first_miss, c->sent_new: conn_cache_is_miss).
+ * A refetch's (?nocache=) says BYPASS, as on the cache path, its bytes counted by the same rule.
  */
 #include <errno.h>
 #include <string.h>
@@ -39,14 +44,18 @@ static void share_begin(struct conn *c)
 {
     ASSERT(c->shared != NULL && answer_complete(c->shared));
     bool kept = c->shared_head != NULL;
-    /* (the access log says MISS for the fill's own answer, which came from the origin; HIT
-     * for a kept one: cached, and no byte of it a first delivery) */
-    c->cached = kept;
+    /* (a HEAD delivers no byte: it announces nothing, and says what the bytes would be) */
+    bool miss = c->head_req ? !answer_is_announced(c->shared) : answer_announce(c->shared);
+    c->cached = true; /* (the access log: conn_cache_is_miss) */
+    c->first_miss = miss;
+    c->force = c->shared_force; /* (and BYPASS for a refetch, as the cache path says) */
     const char *hbuf;
     const struct h1_resp *resp = answer_head(c->shared, &hbuf);
     struct fwd_resp_opts o = {
         .hostname = g_cfg->hostname,
-        .cache_status = kept ? "HIT" : "MISS", /* (as the pass path says) */
+        .cache_status = c->force ? "BYPASS"
+                        : miss   ? "MISS"
+                                 : "HIT",
         .client_minor = c->req.version_minor,
         .head_req = c->head_req,
         .keep_alive = c->keep_alive && !c->draining,
@@ -103,12 +112,13 @@ static bool share_step(struct conn *c)
             conn_close(c);
             return false;
         }
+        size_t fresh = answer_deliver(c->shared, (size_t)c->pos, (size_t)k);
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        if (c->shared_head != NULL)
-            g_stats.bytes_hit += (uint64_t)k; /* (no origin request for it) */
-        else
-            g_stats.bytes_miss += (uint64_t)k; /* (from the origin, as the pass path counts it) */
+        g_stats.bytes_miss += fresh;
+        g_stats.bytes_hit += (uint64_t)k - fresh;
+        c->sent_bytes = true;
+        c->sent_new = c->sent_new || fresh > 0;
         c->last_write = ev_now(c->ctx->loop);
         turn += (uint64_t)k;
         if ((size_t)k < n || (turn >= CONN_SEND_TURN && c->pos < len)) {
@@ -124,6 +134,12 @@ static void share_reset(struct conn *c)
 {
     answer_unref(&c->shared);
     objhead_unref(&c->shared_head);
+    c->cached = false;
+    c->force = false;
+    c->shared_force = false;
+    c->first_miss = false;
+    c->sent_bytes = false;
+    c->sent_new = false;
     c->body = FWD_BODY_NONE;
     c->blocked_write = false;
 }

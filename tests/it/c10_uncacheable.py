@@ -38,6 +38,11 @@ class Uncacheable(H.CPTestCase):
             over["cache"] = cache
         return self.setup_proxy(over)
 
+    def byte_counts(self):
+        m = self.daemon.metrics()
+        return (m.get('cacheparty_response_bytes_total{cache="hit"}', 0),
+                m.get('cacheparty_response_bytes_total{cache="miss"}', 0))
+
     def origin_count(self, prefix):
         return sum(1 for r in self.origin.requests if r.path.startswith(prefix))
 
@@ -66,16 +71,21 @@ class Uncacheable(H.CPTestCase):
         held.release.set()
         return [c.read_response(timeout=30) for c in cs]
 
-    def assertShared(self, rs, status, body, field=("X-Custom", None)):
+    def assertShared(self, rs, status, body, field=("X-Custom", None), all_waiters=True):
         for r in rs:
             self.assertStatus(r, status)
             self.assertEqual(bytes(r.body), body)
             self.assertEqual(r.header("Content-Length"), str(len(body)))
             if field[1] is not None:
                 self.assertEqual(r.header(field[0]), field[1])
-            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
             self.assertIsNotNone(r.header("Date"))
             self.assertIsNone(r.header("Transfer-Encoding"))
+        # per byte: one origin answer, so one first delivery (MISS), every other one a HIT (the
+        # MISS may have gone to a waiter that left: <rs> is not all of them)
+        statuses = sorted(r.header("X-Upstream-Cache-Status") for r in rs)
+        misses = 1 if all_waiters else statuses.count("MISS")
+        self.assertLessEqual(misses, 1)
+        self.assertEqual(statuses, ["HIT"] * (len(rs) - misses) + ["MISS"] * misses)
         first = rs[0]
         for r in rs[1:]:
             self.assertEqual((r.status, bytes(r.body), r.header(field[0])),
@@ -92,10 +102,18 @@ class Uncacheable(H.CPTestCase):
         self.start()
         body, held = self.error_page(404, "c10-404")
         self.origin.route("/c10/404", held)
+        hit0, miss0 = self.byte_counts()
         rs = self.waiters("/c10/404/x", 5, held)
         self.assertShared(rs, 404, body, ("X-Custom", "c10-404"))
         self.assertEqual(self.origin_count("/c10/404"), 1)
         self.assertEqual(self.daemon.metrics().get("cacheparty_answers_shared_total"), 5)
+        # the body came from the origin once: one delivery is the miss, four are hits
+        hit, miss = self.byte_counts()
+        self.assertEqual((hit - hit0, miss - miss0), (4 * len(body), len(body)))
+        lines = [l for l in self.daemon.access_lines() if "/c10/404/x" in l]
+        self.assertEqual(len(lines), 5)
+        self.assertEqual(sum(1 for l in lines if '"MISS"' in l), 1)
+        self.assertEqual(sum(1 for l in lines if '"HIT"' in l), 4)
         # not cached: the next request asks the origin again
         held.release.set()
         r = self.get("/c10/404/x")
@@ -195,7 +213,7 @@ class Uncacheable(H.CPTestCase):
 
     def test_nocache_waiters_share_the_answer(self):
         """Refetches (?nocache=) of one chunk share one fill, so its uncacheable answer too; it
-        says MISS, as a forwarded answer does."""
+        says BYPASS, as a refetch answered from the cache does."""
         self.start()
         body, held = self.error_page(404, "c10-nc")
         self.origin.route("/c10/nc", held)
@@ -203,8 +221,12 @@ class Uncacheable(H.CPTestCase):
         for r in rs:
             self.assertStatus(r, 404)
             self.assertEqual(bytes(r.body), body)
-            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
         self.assertEqual(self.origin_count("/c10/nc"), 1)
+        lines = [l for l in self.daemon.access_lines() if "/c10/nc/x" in l]
+        self.assertEqual(len(lines), 3)
+        for l in lines:
+            self.assertIn('"BYPASS"', l)
 
     def test_error_page_longer_than_the_bound_each_forwards(self):
         """A Content-Length past the bound: the fill does not read it; each waiter forwards its
@@ -299,7 +321,7 @@ class Uncacheable(H.CPTestCase):
         cs[0].close()
         held.release.set()
         rs = [c.read_response(timeout=30) for c in cs[1:]]
-        self.assertShared(rs, 404, body, ("X-Custom", "c10-leave"))
+        self.assertShared(rs, 404, body, ("X-Custom", "c10-leave"), all_waiters=False)
         self.assertEqual(self.origin_count("/c10/leave"), 1)
         H.wait_until(lambda: d.metrics().get("cacheparty_answer_bytes") == 0, 10 * H.SLOW,
                      what="answer memory returned")
