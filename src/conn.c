@@ -172,25 +172,27 @@ static void log_access(struct conn *c)
     if (c->logged || c->status == 0)
         return;
     c->logged = true;
-    char reqline[H1_MAX_TARGET + 64];
+    static const char *const protos[] = {"HTTP/1.0", "HTTP/1.1"};
     struct access_entry e;
     memset(&e, 0, sizeof(e));
     e.client = (struct access_str){c->peer_ip, strlen(c->peer_ip)};
     if (c->req_head != NULL) {
-        int n = snprintf(reqline, sizeof(reqline), "%.*s %.*s HTTP/1.%d", (int)c->req.method_s.len,
-                         c->req_head + c->req.method_s.off, (int)c->req.target.len,
-                         c->req_head + c->req.target.off, c->req.version_minor);
-        if (n > 0)
-            e.request = (struct access_str){
-                reqline, (size_t)n < sizeof(reqline) ? (size_t)n : sizeof(reqline) - 1};
+        e.method = (struct access_str){c->req_head + c->req.method_s.off, c->req.method_s.len};
+        e.target = (struct access_str){c->req_head + c->req.target.off, c->req.target.len};
+        e.proto = (struct access_str){protos[c->req.version_minor == 0 ? 0 : 1], 8};
         e.referer = field_str(c, "Referer");
         e.user_agent = field_str(c, "User-Agent");
         e.range = field_str(c, "Range");
-        e.host = field_str(c, "Host");
+        e.forwarded_for = field_str(c, "X-Forwarded-For");
+        /* $host: the request line's host, else Host's (the log cuts the port, lowercases) */
+        e.host = c->req.authority.len > 0
+                     ? (struct access_str){c->req_head + c->req.authority.off, c->req.authority.len}
+                     : field_str(c, "Host");
+        /* $cacheidentifier of an answer with no service: monolithic's map default, $http_host */
+        e.ident = field_str(c, "Host");
     }
     if (c->proxied) {
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
-        e.host = (struct access_str){c->auth.ident, strlen(c->auth.ident)};
         if (!c->local_resp)
             e.cache_status = c->force                              ? "BYPASS" /* ?nocache= */
                              : c->cached && !conn_cache_is_miss(c) ? "HIT"

@@ -10,7 +10,7 @@ import signal
 import harness as H
 
 LINE_RE = re.compile(r'^\[(\S+)\] (\S+) / - - - \[([^\]]+)\] "([^"]*)" (\d{3}) (\d+) "([^"]*)" '
-                     r'"([^"]*)" "(HIT|MISS|-)" "([^"]*)" "([^"]*)"$')
+                     r'"([^"]*)" "([A-Z]+|-)" "([^"]*)" "([^"]*)"$')
 UA = "Valve/Steam HTTP Client 1.0"
 
 
@@ -43,7 +43,7 @@ class AccessLog(H.CPTestCase):
         self.assertEqual(a[3], "GET /b11/a/size/100 HTTP/1.1")
         self.assertEqual(a[4], "200")
         self.assertEqual(a[5], "100")
-        self.assertEqual(a[6], "x'y")
+        self.assertEqual(a[6], "x\\x22y")  # nginx's escape of '"'
         self.assertEqual(a[7], UA)
         self.assertEqual(a[8], "MISS")
         self.assertEqual(a[9], "game.example.test")
@@ -51,6 +51,7 @@ class AccessLog(H.CPTestCase):
         self.assertEqual(b[4], "206")
         self.assertEqual(b[5], "10")
         self.assertEqual(b[10], "bytes=0-9")
+        self.assertEqual(hb[0], "game.example.test")  # no service: the Host
         self.assertEqual(hb[4], "204")
         self.assertEqual(hb[8], "-")
         self.assertEqual(post[4], "405")
