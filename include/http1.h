@@ -67,13 +67,18 @@ struct h1_req {
  *         < 0: minus the HTTP status to answer before closing: -400 malformed, -414 target too
  *              long, -431 head too large or too many fields, -505 version not supported.
  *              Method rules are not applied here: a valid POST parses fine (the caller answers
- * 405), except that Transfer-Encoding or a body on GET/HEAD is -400. <why>, if not NULL, receives a
+ * 405), except that Transfer-Encoding or a body on GET/HEAD is -400. The heartbeat
+ * (h1_is_heartbeat) is exempt from both that rule and the HTTP/1.0 Host rule: lancache answers
+ * it to any request (a missing Host is then an empty <authority>). <why>, if not NULL, receives a
  * static short reason for the log on errors. Spans cannot hold a "/" that was not sent:
  * absolute-form without a path ("http://h", "http://h?q") gives an empty <path_only> and a <path>
  * of "" or "?q", so callers write "/" before <path> whenever <path_only> is empty. CONNECT
  * (authority-form) and OPTIONS * have empty paths.
  */
 ssize_t h1_req_parse(const char *buf, size_t len, struct h1_req *req, const char **why);
+
+/* Whether the parsed request <req> (spans into <buf>) asks for /lancache-heartbeat (any query). */
+bool h1_is_heartbeat(const char *buf, const struct h1_req *req);
 
 enum h1_framing {
     H1_BODY_NONE = 0, /* HEAD request, 1xx, 204, 304 */

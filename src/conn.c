@@ -310,16 +310,26 @@ static void handle_request(struct conn *c)
         conn_local_response(c, 405, true, "Allow: GET, HEAD\r\n");
         return;
     }
+    if (h1_is_heartbeat(h, req)) {
+        /* Any method, as lancache's nginx answers it. A body already read is dropped; one still
+         * to come (or chunked) is not waited for: the answer closes the connection. */
+        bool close = req->has_te;
+        if (req->content_length > 0) {
+            if (buf_is_alloc(&c->in) && buf_len(&c->in) >= req->content_length)
+                buf_consume(&c->in, (size_t)req->content_length);
+            else
+                close = true;
+        }
+        if (close)
+            c->keep_alive = false;
+        conn_local_response(
+            c, 204, close,
+            "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
+        return;
+    }
     if (req->method == H1_M_OTHER) {
         /* A body we will not read means we cannot find the next request: close. */
         conn_local_response(c, 405, req->has_body || req->has_te, "Allow: GET, HEAD\r\n");
-        return;
-    }
-    const char *hb = "/lancache-heartbeat";
-    if (req->path_only.len == strlen(hb) && memcmp(h + req->path_only.off, hb, strlen(hb)) == 0) {
-        conn_local_response(
-            c, 204, false,
-            "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
         return;
     }
     if (fwd_is_loop(h, req, g_cfg->hostname)) {

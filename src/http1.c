@@ -819,13 +819,13 @@ ssize_t h1_req_parse(const char *buf, size_t len, struct h1_req *req, const char
             req->authority = host->value;
     } else if (req->version_minor == 1) {
         return req_fail(PE_BAD, "missing Host", why);
-    } else if (!req->absolute_form) {
+    } else if (!req->absolute_form && !h1_is_heartbeat(buf, req)) {
         return req_fail(PE_BAD, "HTTP/1.0 without Host", why);
     }
 
     if (req->has_te && has_cl)
         return req_fail(PE_BAD, "Transfer-Encoding with Content-Length", why);
-    if (req->method == H1_M_GET || req->method == H1_M_HEAD) {
+    if ((req->method == H1_M_GET || req->method == H1_M_HEAD) && !h1_is_heartbeat(buf, req)) {
         if (req->has_te)
             return req_fail(PE_BAD, "Transfer-Encoding on GET/HEAD", why);
         if (cl > 0)
@@ -835,6 +835,13 @@ ssize_t h1_req_parse(const char *buf, size_t len, struct h1_req *req, const char
     req->has_body = req->has_te || cl > 0;
     req->keep_alive = req->version_minor == 1 ? !conn_close : conn_ka && !conn_close;
     return (ssize_t)sc.head_len;
+}
+
+bool h1_is_heartbeat(const char *buf, const struct h1_req *req)
+{
+    static const char hb[] = "/lancache-heartbeat";
+    return req->path_only.len == sizeof(hb) - 1 &&
+           memcmp(buf + req->path_only.off, hb, sizeof(hb) - 1) == 0;
 }
 
 ssize_t h1_resp_parse(const char *buf, size_t len, enum h1_method method, struct h1_resp *resp)

@@ -230,6 +230,35 @@ static void test_h1_req_parse_absolute_form_http10_without_host(void **state)
     assert_span(s, r.path, "/x");
 }
 
+/* The heartbeat is exempt from the Host rule of HTTP/1.0 and from the no-body rule of GET/HEAD;
+ * nothing else is, and a look-alike path is no heartbeat. */
+static void test_h1_req_parse_heartbeat_exemptions(void **state)
+{
+    struct h1_req r;
+    (void)state;
+    const char *s = "GET /lancache-heartbeat HTTP/1.0\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), strlen(s));
+    assert_true(h1_is_heartbeat(s, &r));
+    assert_int_equal(r.authority.len, 0);
+    s = "GET /lancache-heartbeat?a=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), strlen(s));
+    assert_true(h1_is_heartbeat(s, &r));
+    assert_int_equal(r.content_length, 3);
+    s = "HEAD /lancache-heartbeat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), strlen(s));
+    assert_true(r.has_te);
+    /* not the heartbeat: the rules hold */
+    s = "GET /lancache-heartbeatx HTTP/1.0\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), -400);
+    s = "GET /lancache-heartbea HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), -400);
+    s = "GET /x/lancache-heartbeat HTTP/1.0\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), -400);
+    /* HTTP/1.1 still needs its Host */
+    s = "GET /lancache-heartbeat HTTP/1.1\r\n\r\n";
+    assert_int_equal(h1_req_parse(s, strlen(s), &r, NULL), -400);
+}
+
 static void test_h1_req_parse_absolute_form_ipv6(void **state)
 {
     const char *s = "GET http://[::1]:8080/x HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n";
@@ -1776,6 +1805,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_h1_req_parse_get_origin_form),
+        cmocka_unit_test(test_h1_req_parse_heartbeat_exemptions),
         cmocka_unit_test(test_h1_req_parse_head_method),
         cmocka_unit_test(test_h1_req_parse_http10_closes_by_default),
         cmocka_unit_test(test_h1_req_parse_http10_keep_alive),
