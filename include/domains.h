@@ -42,13 +42,20 @@ struct domains;
  * leading "*." label, and never over a single label ("*.com" is refused: it would admit a whole
  * top-level domain). Service names are 1-64 characters of [A-Za-z0-9._-] and unique; domain file
  * paths must be relative and must not contain "..". Sizes are bounded (cache_domains.json 1 MiB,
- * each list 16 MiB, JSON nesting 32 levels).
+ * each list 16 MiB, JSON nesting 32 levels). A list line that is not a valid name is skipped,
+ * never fatal (one bad line in a community list must not stop the cache): it is logged as a
+ * warning "FILE:LINE: invalid name "...": reason: line skipped" (the first 20 of a load one by
+ * one) and counted (domains_skipped_lines).
  * Returns a new struct domains (free with domains_free) or NULL with <err> set to
  * "FILE:LINE: message" (LINE 0 when the file cannot be opened or read; a JSON syntax error, as
  * libjansson words it, ends with " (column C)").
  */
 struct domains *domains_load(const char *dir, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* How many list lines the load skipped as malformed; *<first> (if not NULL) receives the first
+ * one's "FILE:LINE: message" ("" if none), borrowed from <d>. */
+size_t domains_skipped_lines(const struct domains *d, const char **first);
 
 /* Frees *d and sets it to NULL. NULL-safe. Invalidates every name returned from it. */
 void domains_free(struct domains **d);

@@ -86,6 +86,8 @@
     X(fresh_answers_reused, counter, NULL, NULL,                                                   \
       "requests answered from a kept fresh answer (no origin request)")                            \
     X(fresh_answers, gauge, NULL, NULL, "fresh uncacheable answers kept for reuse")                \
+    X(domains_lines_skipped, gauge, NULL, NULL,                                                    \
+      "lines of the loaded cache-domains lists skipped as malformed")                              \
     X(fresh_answer_bytes, gauge, NULL, NULL,                                                       \
       "memory of the fresh answers kept, within [cache] answers_memory")                           \
     X(dns_queries, counter, NULL, NULL, "DNS queries sent")                                        \

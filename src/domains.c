@@ -34,7 +34,10 @@
 #include <unistd.h>
 
 #include "domains_int.h"
+#include "log.h"
 #include "util.h"
+
+#define DOMAINS_SKIPS_LOGGED 20 /* malformed lines logged one by one per load; the rest counted */
 
 #define DOMAINS_JSON_FILE "cache_domains.json"
 #define DOMAINS_JSON_MAX ((size_t)1 << 20)
@@ -593,6 +596,13 @@ static bool is_space(char c)
 }
 
 /* Loads the list <path> for service <svc>. Returns 0 or -1 with <err> set. */
+size_t domains_skipped_lines(const struct domains *d, const char **first)
+{
+    if (first != NULL)
+        *first = d->first_skip;
+    return d->n_skipped;
+}
+
 static int load_list(struct domains *d, const char *path, uint32_t svc, char *err, size_t errlen)
 {
     char *text, *p, *end;
@@ -642,9 +652,17 @@ static int load_list(struct domains *d, const char *path, uint32_t svc, char *er
         if (bad == NULL && wild && memchr(s, '.', (size_t)(e - s)) == NULL)
             bad = "a wildcard over a single label (a top-level domain) is refused";
         if (bad != NULL) {
-            set_err(err, errlen, path, line, "invalid name \"%s\": %s", shown, bad);
-            free(text);
-            return -1;
+            /* A community list with one bad line must not stop the cache: the line goes. */
+            char msg[sizeof(d->first_skip)];
+            set_err(msg, sizeof(msg), path, line, "invalid name \"%s\": %s", shown, bad);
+            if (d->n_skipped == 0)
+                snprintf(d->first_skip, sizeof(d->first_skip), "%s", msg);
+            if (d->n_skipped < DOMAINS_SKIPS_LOGGED)
+                log_warn("%s: line skipped", msg);
+            else if (d->n_skipped == DOMAINS_SKIPS_LOGGED)
+                log_warn("%s: more malformed lines skipped, not logged one by one", path);
+            d->n_skipped++;
+            continue;
         }
         if (add_entry(d, s, (size_t)(e - s), wild, svc) != 0) {
             set_err(err, errlen, path, line, "too many names");

@@ -33,6 +33,8 @@ struct domains {
     size_t n_entries, cap_entries;
     uint32_t *slots; /* owns: entry index + 1, 0 = empty; n_slots is a power of two */
     size_t n_slots;
+    size_t n_skipped;     /* malformed list lines skipped */
+    char first_skip[512]; /* "FILE:LINE: message" of the first ("" if none) */
 };
 
 /* The FNV-1a hash of <s>[0..len), taken from the last byte to the first. */

@@ -198,6 +198,7 @@ static void read_gauges(struct stats *st, void *arg)
     st->cache_mem_bytes = cs.mem_bytes;
     st->cache_mem_chunks = cs.mem_chunks;
     st->fresh_answers = cs.answers;
+    st->domains_lines_skipped = g_domains != NULL ? domains_skipped_lines(g_domains, NULL) : 0;
     st->fresh_answer_bytes = cs.answer_bytes;
     st->cache_dirs_down = cs.shards_down;
     st->cache_io_pending = cs.io_pending;
@@ -402,7 +403,11 @@ int main(int argc, char **argv)
         size_t n_services = 0, n_names = 0;
         config_summary(cfg, sum, sizeof(sum));
         domains_counts(doms, &n_services, &n_names);
-        printf("%s; cache-domains: %zu services, %zu names\n", sum, n_services, n_names);
+        size_t skipped = doms != NULL ? domains_skipped_lines(doms, NULL) : 0;
+        printf("%s; cache-domains: %zu services, %zu names", sum, n_services, n_names);
+        if (skipped > 0)
+            printf(", %zu malformed lines skipped", skipped);
+        printf("\n");
         domains_free(&doms);
         config_free(&cfg);
         return 0;

@@ -101,22 +101,37 @@ class Domains(H.CPTestCase):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 1)
 
-    def test_bad_lists_refused_at_start(self):
+    def test_malformed_list_line_is_skipped_not_fatal(self):
+        """One bad line in a community list must not stop the cache (issue 17): start, -t and
+        dns skip it with a FILE:LINE warning, count it in /metrics, and keep the other names. A
+        list that cannot be read still stops start."""
         bad = os.path.join(self._tmp, "bad")
         os.makedirs(bad)
         with open(os.path.join(bad, "cache_domains.json"), "w") as f:
             f.write('{"cache_domains":[{"name":"x","domain_files":["x.txt"]}]}')
         with open(os.path.join(bad, "x.txt"), "w") as f:
-            f.write("good.example\nbad*name.example\n")
-        self.origin = self.start_origin()
-        d = H.Daemon(os.path.join(self._tmp, "d"), {"domains": {"cache_domains": bad}},
-                     origin=self.origin, start=False)
-        d.write_config(H.free_port())
-        out = subprocess.run([H.binary_path(), "-c", d.ini], capture_output=True, text=True,
-                             timeout=30)
-        self.assertEqual(out.returncode, 1)
-        self.assertIn("x.txt:2:", out.stderr)
-
+            f.write("good.example\nbad*name.example\n*.also.example\n")
+        d = self.setup_proxy({"server": {"admin_listen": "auto"},
+                              "domains": {"cache_domains": bad, "allow_unlisted": "no"}})
+        self.assertIn("x.txt:2: invalid name", d.log())
+        self.assertEqual(d.metrics().get("cacheparty_domains_lines_skipped"), 1)
+        self.assertBody(self.get("/b14/skip/size/10", host="good.example"), "/b14/skip/size/10")
+        self.assertBody(self.get("/b14/skip2/size/10", host="a.also.example"),
+                        "/b14/skip2/size/10")
+        self.assertStatus(self.get("/b14/skip/size/10", host="bad-name.example"), 403)
+        rc, out, err = H.run_binary(["-c", d.ini, "-t"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("x.txt:2:", err)
+        self.assertIn("1 malformed lines skipped", out)
+        rc, out, err = H.run_binary(["-c", d.ini, "dns", "--ip", "10.0.0.1"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("good.example", out)
+        self.assertIn("x.txt:2:", err)
+        # unreadable: still refused
+        os.remove(os.path.join(bad, "x.txt"))
+        rc, out, err = H.run_binary(["-c", d.ini], timeout=30)
+        self.assertEqual(rc, 1)
+        self.assertIn("x.txt:0:", err)
 
 if __name__ == "__main__":
     raise SystemExit(H.main())

@@ -181,11 +181,18 @@ static void json_err(const char *dir, const char *json, const char *want)
     load_err(dir, "cache_domains.json:%s", want);
 }
 
-/* A list <list> must be refused with "list.txt:<want>". */
+/* A list <list> loads, its malformed line skipped and counted, the first reported as
+ * "list.txt:<want>". */
 static void list_err(const char *dir, const char *list, const char *want)
 {
+    char full[512];
+    const char *first;
     write_one_service(dir, list);
-    load_err(dir, "list.txt:%s", want);
+    struct domains *d = load_ok(dir);
+    snprintf(full, sizeof(full), "%s/list.txt:%s", dir, want);
+    assert_int_equal(domains_skipped_lines(d, &first), 1);
+    assert_string_equal(first, full);
+    domains_free(&d);
 }
 
 static void match_is(const struct domains *d, const char *host, const char *want)
@@ -491,6 +498,23 @@ static void test_domains_load_list_errors_file_line(void **state)
 {
     struct tmp *t = *state;
     char label64[80], name254[300], line[320];
+
+    /* the good lines around a bad one are kept; every bad one is counted, the first reported */
+    write_one_service(t->dir, "ok.example.com\nbad host.example.com\n*.good.example.net\n"
+                              "a..b\n*.com\n");
+    struct domains *d = load_ok(t->dir);
+    const char *first;
+    assert_int_equal(domains_skipped_lines(d, &first), 3);
+    assert_non_null(strstr(first, "list.txt:2: invalid name \"bad host.example.com\""));
+    match_is(d, "ok.example.com", "svc");
+    match_is(d, "x.good.example.net", "svc");
+    match_is(d, "com", NULL);
+    domains_free(&d);
+    write_one_service(t->dir, "ok.example.com\n");
+    d = load_ok(t->dir);
+    assert_int_equal(domains_skipped_lines(d, &first), 0);
+    assert_string_equal(first, "");
+    domains_free(&d);
 
     list_err(t->dir, "ok.example.com\n# comment\n\nbad host.example.com\n",
              "4: invalid name \"bad host.example.com\": invalid character ' '");
