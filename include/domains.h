@@ -121,24 +121,30 @@ int domains_dns_format_parse(const char *s, enum domains_dns_format *out)
 const char *domains_dns_format_name(enum domains_dns_format fmt);
 
 /*
- * Writes DNS overrides pointing every name of <d> at <ip> (IPv4 -> A, IPv6 -> AAAA records) to
- * <out>, in the syntax of <fmt>. Services come in cache_domains.json order, names in list file
+ * Writes DNS overrides pointing every name of <d> at each of the <n_ip> addresses <ip> (IPv4 ->
+ * A, IPv6 -> AAAA records; both families may be mixed, as lancache-dns's LANCACHE_IP; a repeated
+ * address counts once; at most 16) to <out>, in the syntax of <fmt>. A redirected name never
+ * lets a record type through that it has no address for (an AAAA when every --ip is IPv4): the
+ * resolver answers it with no data itself, except in the hosts format, which cannot say so (its
+ * header comment warns). Services come in cache_domains.json order, names in list file
  * order, each name once; the output is a function of the lists and arguments only.
  * Per format (what each resolver can express):
- * - dnsmasq: "address=/x/IP" per exact name x and per wildcard "*.x". dnsmasq's address= also
- *   answers for every subdomain, so an exact name is widened to its subdomains, and names already
- *   covered by another listed name's line are omitted.
+ * - dnsmasq: "address=/x/IP" per exact name x and per wildcard "*.x", then "local=/x/" (the
+ *   other record types of x answered locally, with no data, never forwarded). dnsmasq's address=
+ *   also answers for every subdomain, so an exact name is widened to its subdomains, and names
+ *   already covered by another listed name's line are omitted.
  * - unbound: "local-zone: \"x.\" redirect" + "local-data: \"x. A IP\"" per wildcard (this also
  *   answers the bare x), "local-data: \"name. A IP\"" per exact name not under a redirect zone
  *   (unbound refuses local-data below a redirect zone's apex).
  * - hosts: "IP name" per exact name; each wildcard gets a "# skipped wildcard" comment line.
  * - rpz: $TTL, SOA, NS, then "name A IP" and "*.x A IP" relative to the zone's origin (load it
  *   as zone "rpz.cacheparty", or any name), exactly the lists' semantics.
- * <d>, <ip> and <out> are borrowed. Returns 0; -EINVAL if <ip> is not a numeric IPv4/IPv6
- * address or is unspecified (0.0.0.0, ::); -ENOENT if <d> is NULL (no lists configured);
+ * <d>, <ip> and <out> are borrowed. Returns 0; -EINVAL if an <ip> is not a numeric IPv4/IPv6
+ * address or is unspecified (0.0.0.0, ::), or there are none or more than 16; -ENOENT if <d> is
+ * NULL (no lists configured);
  * -EIO if writing to <out> failed. Nothing is written on -EINVAL or -ENOENT.
  */
-int domains_dns_export(const struct domains *d, const char *ip, enum domains_dns_format fmt,
-                       FILE *out) __attribute__((warn_unused_result));
+int domains_dns_export(const struct domains *d, const char *const *ip, size_t n_ip,
+                       enum domains_dns_format fmt, FILE *out) __attribute__((warn_unused_result));
 
 #endif

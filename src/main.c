@@ -83,14 +83,19 @@ static int load_domains(const struct config *cfg, struct domains **out, char *er
     return *out == NULL ? -1 : 0;
 }
 
-/* `cacheparty dns --ip ADDR [--format F]`: argv starts after "dns". */
+/* `cacheparty dns --ip ADDR [--ip ADDR...] [--format F]`: argv starts after "dns". */
 static int cmd_dns(const struct config *cfg, int argc, char **argv)
 {
-    const char *ip = NULL;
+    const char *ip[16];
+    size_t n_ip = 0;
     enum domains_dns_format fmt = DOMAINS_DNS_DNSMASQ;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--ip") == 0 && i + 1 < argc) {
-            ip = argv[++i];
+            if (n_ip == ARRAY_SIZE(ip)) {
+                fprintf(stderr, "cacheparty dns: at most %zu --ip\n", ARRAY_SIZE(ip));
+                return 1;
+            }
+            ip[n_ip++] = argv[++i];
         } else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             if (domains_dns_format_parse(argv[++i], &fmt) < 0) {
                 fprintf(stderr, "cacheparty dns: unknown format '%s'\n", argv[i]);
@@ -102,7 +107,7 @@ static int cmd_dns(const struct config *cfg, int argc, char **argv)
             return 1;
         }
     }
-    if (ip == NULL) {
+    if (n_ip == 0) {
         fprintf(stderr, "cacheparty dns: --ip ADDR is required\n");
         return 1;
     }
@@ -117,10 +122,13 @@ static int cmd_dns(const struct config *cfg, int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    int rc = domains_dns_export(d, ip, fmt, stdout);
+    int rc = domains_dns_export(d, ip, n_ip, fmt, stdout);
     domains_free(&d);
     if (rc == -EINVAL) {
-        fprintf(stderr, "cacheparty dns: '%s' is not a usable IPv4 or IPv6 address\n", ip);
+        fprintf(stderr, "cacheparty dns: not a usable IPv4 or IPv6 address among:");
+        for (size_t i = 0; i < n_ip; i++)
+            fprintf(stderr, " '%s'", ip[i]);
+        fprintf(stderr, "\n");
         return 1;
     }
     if (rc < 0 || fflush(stdout) != 0) {

@@ -97,6 +97,15 @@ class Domains(H.CPTestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("address=/level3.blizzard.com/192.168.1.10", out.stdout)
         self.assertIn("address=/steamcontent.com/192.168.1.10", out.stdout)
+        # the AAAA of a redirected name is answered locally (no data), never forwarded
+        self.assertIn("local=/steamcontent.com/", out.stdout)
+        # several --ip, both families (as lancache-dns's LANCACHE_IP); none replaces another
+        out = subprocess.run([H.binary_path(), "-c", d.ini, "dns", "--ip", "192.168.1.10",
+                              "--ip", "192.168.1.11", "--ip", "fd00::10"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for ip in ("192.168.1.10", "192.168.1.11", "fd00::10"):
+            self.assertIn("address=/level3.blizzard.com/%s\n" % ip, out.stdout)
         out = subprocess.run([H.binary_path(), "-c", d.ini, "dns", "--ip", "not-an-ip"],
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 1)
