@@ -48,7 +48,9 @@ struct access_entry {
     struct access_str forwarded_for; /* X-Forwarded-For as sent */
     struct access_str method;        /* the request line's three parts, as sent */
     struct access_str target;
-    struct access_str proto; /* "HTTP/1.1" */
+    struct access_str proto;       /* "HTTP/1.1" */
+    struct access_str request_uri; /* nginx's $request_uri: the target's path and query (the
+                                      JSON "path"; NULL: the target) */
     int status;
     uint64_t bytes; /* body bytes sent */
     struct access_str referer;

@@ -294,6 +294,9 @@ int cache_purge(struct cache *c, const char *key, size_t key_len);
 /* The fresh answers that are not objects (anstore.h), within [cache] answers_memory: a purge
  * and a new object version drop the object's entry. Borrowed. */
 struct anstore *cache_answers(struct cache *c);
+/* Whether a version of object <key> is known (its length and validators in the objver table: it
+ * has chunks in memory or on disk that were looked at lately). */
+bool cache_object_is_known(struct cache *c, const char *key, size_t key_len);
 
 /* Gauges, read when the counters are exported (the cache's counters are in g_stats, stats.h). */
 struct cache_stats {

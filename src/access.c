@@ -67,7 +67,7 @@ static void wesc(struct w *w, struct access_str s, size_t max)
 }
 
 /* $host: <s> lowercased, without its port ("[v6]:port" keeps the brackets), into <low> (at
- * most ACCESS_FIELD_MAX bytes). Absent or empty: p NULL. */
+ * most ACCESS_FIELD_MAX bytes), one trailing dot dropped as nginx does. Absent or empty: p NULL. */
 static struct access_str host_of(struct access_str s, char *low)
 {
     if (s.p == NULL || s.len == 0)
@@ -82,6 +82,8 @@ static struct access_str host_of(struct access_str s, char *low)
         if (colon != NULL)
             n = (size_t)(colon - s.p);
     }
+    if (n > 1 && s.p[n - 1] == '.')
+        n--; /* (nginx drops a trailing dot: a name, not a different host) */
     if (n > ACCESS_FIELD_MAX)
         n = ACCESS_FIELD_MAX;
     for (size_t i = 0; i < n; i++)
@@ -261,7 +263,8 @@ size_t access_format_json(const struct access_entry *e, uint64_t wall_ms, char *
     wjs(&w, "host", host_of(e->host, low), ACCESS_FIELD_MAX, false);
     wjs(&w, "http_range", e->range, ACCESS_FIELD_MAX, false);
     wjs(&w, "method", e->method, ACCESS_FIELD_MAX, false);
-    wjs(&w, "path", e->target, ACCESS_REQUEST_MAX, false);
+    wjs(&w, "path", e->request_uri.p != NULL ? e->request_uri : e->target, ACCESS_REQUEST_MAX,
+        false);
     wjs(&w, "proto", e->proto, ACCESS_FIELD_MAX, false);
     wjs(&w, "scheme", (struct access_str){"http", 4}, ACCESS_FIELD_MAX, true);
     wc(&w, '}');

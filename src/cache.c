@@ -1607,6 +1607,14 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     return removed;
 }
 
+bool cache_object_is_known(struct cache *c, const char *key, size_t key_len)
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    return objver_get(c, obj) != NULL;
+}
+
 struct anstore *cache_answers(struct cache *c)
 {
     CHECK_OBJ(c, CACHE_MAGIC);

@@ -173,6 +173,7 @@ static void log_access(struct conn *c)
         return;
     c->logged = true;
     static const char *const protos[] = {"HTTP/1.0", "HTTP/1.1"};
+    char uri[H1_MAX_TARGET + 2];
     struct access_entry e;
     memset(&e, 0, sizeof(e));
     e.client = (struct access_str){c->peer_ip, strlen(c->peer_ip)};
@@ -180,6 +181,13 @@ static void log_access(struct conn *c)
         e.method = (struct access_str){c->req_head + c->req.method_s.off, c->req.method_s.len};
         e.target = (struct access_str){c->req_head + c->req.target.off, c->req.target.len};
         e.proto = (struct access_str){protos[c->req.version_minor == 0 ? 0 : 1], 8};
+        if (c->req.absolute_form) {
+            /* $request_uri of "GET http://h/p?q": "/p?q" ("/" when the URI has no path) */
+            int n = snprintf(uri, sizeof(uri), "%s%.*s", c->req.path_only.len == 0 ? "/" : "",
+                             (int)c->req.path.len, c->req_head + c->req.path.off);
+            if (n > 0)
+                e.request_uri = (struct access_str){uri, strnlen(uri, sizeof(uri))};
+        }
         e.referer = field_str(c, "Referer");
         e.user_agent = field_str(c, "User-Agent");
         e.range = field_str(c, "Range");
@@ -191,8 +199,12 @@ static void log_access(struct conn *c)
         /* $cacheidentifier of an answer with no service: monolithic's map default, $http_host */
         e.ident = field_str(c, "Host");
     }
-    if (c->proxied) {
+    /* An unlisted host's identifier is its authority (admit.h): logged as sent, as
+     * monolithic's map default $http_host is. */
+    bool unlisted = c->ident == c->auth.ident || c->ident == c->adm.own;
+    if (c->proxied && !unlisted)
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
+    if (c->proxied) {
         if (!c->local_resp)
             e.cache_status = c->force                              ? "BYPASS" /* ?nocache= */
                              : c->cached && !conn_cache_is_miss(c) ? "HIT"

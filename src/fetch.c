@@ -367,11 +367,16 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
     for (size_t i = 0; ans != NULL && i < f->n; i++) {
         if (f->cks[i] == NULL)
             continue;
-        /* Kept for later requests too, when the origin gave it a freshness lifetime. */
+        /* Kept for later requests too, when the origin gave it a freshness lifetime: only the
+         * answer to the object's first chunk of an object the cache does not hold. The answer
+         * to a chunk further in (a 503 while the rest is stored) is that chunk's, and must not
+         * hide the stored ones. */
         size_t key_len;
         const char *key = cache_chunk_key(f->cks[i], &key_len);
-        struct anstore *st = cache_answers(cache_chunk_cache(f->cks[i]));
-        if (anstore_put(st, key, key_len, ans, f->sent_at, f->ans_at)) {
+        struct cache *cache = cache_chunk_cache(f->cks[i]);
+        struct anstore *st = cache_answers(cache);
+        if (cache_chunk_index(f->cks[i]) == 0 && !cache_object_is_known(cache, key, key_len) &&
+            anstore_put(st, key, key_len, ans, f->sent_at, f->ans_at)) {
             const char *hb;
             log_debug("fetch#%u %s: answer %d kept while fresh", f->id, f->host,
                       answer_head(ans, &hb)->status);

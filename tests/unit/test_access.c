@@ -156,6 +156,29 @@ static void test_json_escapes_and_stays_utf8(void **state)
                               "\\u00c0\\u00af \\u00ed\\u00a0\\u0080\","));
 }
 
+/* nginx drops one trailing dot of the host ($host); review repro */
+static void test_host_trailing_dot_as_nginx(void **state)
+{
+    (void)state;
+    struct access_entry e = entry();
+    e.host = S("Lancache.SteamContent.com.:80");
+    assert_non_null(strstr(cachelog(&e), "\"HIT\" \"lancache.steamcontent.com\" "));
+    e.host = S("Lancache.SteamContent.com.");
+    assert_non_null(strstr(cachelog(&e), "\"HIT\" \"lancache.steamcontent.com\" "));
+}
+
+/* JSON "path" is $request_uri when given (an absolute-form target), else the target */
+static void test_json_path_is_request_uri(void **state)
+{
+    (void)state;
+    struct access_entry e = entry();
+    e.target = S("http://h.example/p?q=1");
+    e.request_uri = S("/p?q=1");
+    const char *j = json(&e);
+    assert_non_null(strstr(j, "\"path\":\"/p?q=1\","));
+    assert_non_null(strstr(cachelog(&e), "\"GET http://h.example/p?q=1 HTTP/1.1\""));
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -165,6 +188,8 @@ int main(void)
         cmocka_unit_test(test_cachelog_bounds_never_cut_an_escape),
         cmocka_unit_test(test_json_keys_in_order),
         cmocka_unit_test(test_json_escapes_and_stays_utf8),
+        cmocka_unit_test(test_host_trailing_dot_as_nginx),
+        cmocka_unit_test(test_json_path_is_request_uri),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
