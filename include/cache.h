@@ -104,6 +104,10 @@ void cache_free(struct cache **c);
  * the dirs and chunk_size cannot (main keeps them). A smaller memory budget evicts as fills need
  * room. */
 void cache_reconfigure(struct cache *c, const struct config *cfg);
+/* For `cacheparty -t`: checks, without creating or changing anything, that every cache dir that
+ * holds a cache was written with the configured chunk_size (the check cache_new makes). Returns
+ * 0, or -1 with <err> set to the reason start would give. */
+int cache_check_dirs(const struct config *cfg, char *err, size_t errlen);
 /* The chunk size, fixed for the cache's life: the one source of it for the fill and readers. */
 uint64_t cache_chunk_size(const struct cache *c);
 

@@ -1638,16 +1638,14 @@ void cache_get_stats(const struct cache *c, struct cache_stats *out)
 
 /* ---- start and stop ------------------------------------------------------------------------ */
 
-/* Creates <dir>/tmp, empties it, and checks or writes the chunk_size marker. */
-static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t errlen)
+/* Checks <dir>'s chunk_size marker, if it has one (*<found>). Returns 0, or -1 with <err> set when
+ * the marker is not ours or names another chunk size. */
+static int check_marker(const char *dir, uint64_t chunk_size, bool *found, char *err, size_t errlen)
 {
     char p[PATH_MAX];
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cache dir %s: %s", dir, strerror(errno));
-        return -1;
-    }
     snprintf(p, sizeof(p), "%s/%s", dir, CACHE_MARKER);
     FILE *f = fopen(p, "re");
+    *found = f != NULL;
     if (f != NULL) {
         unsigned version = 0;
         unsigned long long cs = 0;
@@ -1665,8 +1663,34 @@ static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t e
                      dir, cs, (unsigned long long)chunk_size);
             return -1;
         }
-    } else {
-        f = fopen(p, "we");
+    }
+    return 0;
+}
+
+int cache_check_dirs(const struct config *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < cfg->n_dirs; i++) {
+        bool found;
+        if (check_marker(cfg->dirs[i], cfg->chunk_size, &found, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Creates <dir>/tmp, empties it, and checks or writes the chunk_size marker. */
+static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t errlen)
+{
+    char p[PATH_MAX];
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cache dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    bool found;
+    if (check_marker(dir, chunk_size, &found, err, errlen) < 0)
+        return -1;
+    snprintf(p, sizeof(p), "%s/%s", dir, CACHE_MARKER);
+    if (!found) {
+        FILE *f = fopen(p, "we");
         if (f == NULL || fprintf(f, "cacheparty cache v%u chunk_size %llu\n", CACHE_MARKER_VERSION,
                                  (unsigned long long)chunk_size) < 0) {
             snprintf(err, errlen, "cache dir %s: cannot write %s: %s", dir, CACHE_MARKER,

@@ -406,6 +406,12 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return 1;
     }
+    if (test_only && cache_check_dirs(cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        domains_free(&doms);
+        config_free(&cfg);
+        return 1;
+    }
     if (test_only) {
         char sum[512];
         size_t n_services = 0, n_names = 0;

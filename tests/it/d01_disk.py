@@ -385,6 +385,10 @@ class ChunkSize(Base):
             d.start()
         self.assertEqual(d.rc, 2, d.log_tail())
         self.assertIn("chunk_size", d.log(), d.log_tail())
+        # -t sees it too, as start would (issue 17), and changes nothing
+        rc, out, err = H.run_binary(["-c", d.ini, "-t"])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("written with chunk_size 65536, configured 1048576", err)
         self.assertEqual(self.origin.request_count(), len(self.reqs(p)))
         # nothing was touched: the marker and the chunks are still there and still served
         with open(os.path.join(self.cache, "cacheparty.cache"), "rb") as f:
