@@ -4,7 +4,10 @@
  * does not store (a 404, a 410, a 5xx, a redirect not followed, a 204...) is delivered to the
  * readers of that fill (answer.h, conn_share.c); when the origin gave it an explicit freshness
  * lifetime, it is also kept here and reused for later requests of the same object (cache key)
- * until it is stale, as RFC 9111 allows a shared cache. Pure: no I/O, no ev.h, no clock (callers
+ * until it is stale, as RFC 9111 allows a shared cache. An answer belongs to its target URI
+ * (RFC 9111 §4): it is kept per object and authority (the Host the fill sent: the hosts of one
+ * service share objects, not error answers), and the callers keep and look up only requests
+ * without a query, answered without a redirect followed. Pure: no I/O, no ev.h, no clock (callers
  * pass times, in seconds since the epoch).
  *
  * Kept (anstore_put), all of:
@@ -55,17 +58,18 @@ void anstore_free(struct anstore **s);
 void anstore_set_limit(struct anstore *s, size_t limit);
 
 /*
- * Keeps the complete answer <a> (a ref is taken) for cache key <key>[0..len) when the rules above
- * allow, for a request sent at <request_time> and answered at <response_time>. An entry for the
- * key is dropped in any case (the origin's latest answer replaces it). Returns whether <a> was
- * kept.
+ * Keeps the complete answer <a> (a ref is taken) for cache key <key>[0..len) and authority <auth>
+ * (NUL-terminated) when the rules above allow, for a request sent at <request_time> and answered
+ * at <response_time>. An entry for the key and authority is dropped in any case (the origin's
+ * latest answer replaces it). Returns whether <a> was kept.
  */
-bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *a,
+bool anstore_put(struct anstore *s, const char *key, size_t len, const char *auth, struct answer *a,
                  double request_time, double response_time);
-/* A fresh answer for <key>[0..len) at <now> into *hit (borrowed); false when none. */
-bool anstore_get(struct anstore *s, const char *key, size_t len, int64_t now,
+/* A fresh answer for <key>[0..len) and <auth> at <now> into *hit (borrowed); false when none. */
+bool anstore_get(struct anstore *s, const char *key, size_t len, const char *auth, int64_t now,
                  struct anstore_hit *hit);
-/* Drops the entry for <key>[0..len), if any (a purge, a refetch, a new object version). */
+/* Drops the entries for <key>[0..len), every authority's (a purge, a refetch, a new object
+ * version). */
 void anstore_drop(struct anstore *s, const char *key, size_t len);
 
 unsigned anstore_count(const struct anstore *s);

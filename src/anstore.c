@@ -24,8 +24,8 @@ struct entry {
     struct objhead *head; /* ref: Date and times (Age) */
     int64_t lifetime;     /* seconds, at most ANSTORE_LIFETIME_MAX */
     size_t bytes;         /* what it counts against the limit */
-    size_t key_len;
-    char key[]; /* owns */
+    size_t key_len, auth_len;
+    char key[]; /* owns: the key, then the authority */
 };
 
 struct anstore {
@@ -52,11 +52,18 @@ static uint64_t key_hash(const char *key, size_t len)
     return XXH3_64bits(key, len);
 }
 
-static struct entry **slot_of(struct anstore *s, const char *key, size_t len, uint64_t h)
+static bool key_is(const struct entry *e, uint64_t h, const char *key, size_t len)
+{
+    return e->hash == h && e->key_len == len && memcmp(e->key, key, len) == 0;
+}
+
+/* The slot of the entry for <key> and <auth>, or of the NULL at the end of its bucket. */
+static struct entry **slot_of(struct anstore *s, const char *key, size_t len, const char *auth,
+                              size_t alen, uint64_t h)
 {
     struct entry **pp = &s->buckets[h & (s->n_buckets - 1)];
-    while (*pp != NULL &&
-           !((*pp)->hash == h && (*pp)->key_len == len && memcmp((*pp)->key, key, len) == 0))
+    while (*pp != NULL && !(key_is(*pp, h, key, len) && (*pp)->auth_len == alen &&
+                            memcmp((*pp)->key + len, auth, alen) == 0))
         pp = &(*pp)->hnext;
     return pp;
 }
@@ -100,7 +107,7 @@ static void remove_at(struct anstore *s, struct entry **pp)
 
 static void remove_entry(struct anstore *s, struct entry *e)
 {
-    struct entry **pp = slot_of(s, e->key, e->key_len, e->hash);
+    struct entry **pp = slot_of(s, e->key, e->key_len, e->key + e->key_len, e->auth_len, e->hash);
     ASSERT(*pp == e);
     remove_at(s, pp);
 }
@@ -156,9 +163,14 @@ void anstore_drop(struct anstore *s, const char *key, size_t len)
     CHECK_OBJ(s, ANSTORE_MAGIC);
     if (s->count == 0)
         return;
-    struct entry **pp = slot_of(s, key, len, key_hash(key, len));
-    if (*pp != NULL)
-        remove_at(s, pp);
+    uint64_t h = key_hash(key, len);
+    struct entry **pp = &s->buckets[h & (s->n_buckets - 1)];
+    while (*pp != NULL) {
+        if (key_is(*pp, h, key, len))
+            remove_at(s, pp); /* (every authority's entry for the object) */
+        else
+            pp = &(*pp)->hnext;
+    }
 }
 
 /* Whether the head <buf>/<resp> of a complete answer may be kept (anstore.h's rules, but for
@@ -178,11 +190,14 @@ static bool keepable(const char *buf, const struct h1_resp *resp)
            h1_find(buf, resp->fields, resp->n_fields, "Set-Cookie") == NULL;
 }
 
-bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *a,
+bool anstore_put(struct anstore *s, const char *key, size_t len, const char *auth, struct answer *a,
                  double request_time, double response_time)
 {
     CHECK_OBJ(s, ANSTORE_MAGIC);
-    anstore_drop(s, key, len);
+    size_t alen = strlen(auth);
+    struct entry **old = slot_of(s, key, len, auth, alen, key_hash(key, len));
+    if (*old != NULL)
+        remove_at(s, old);
     if (!answer_complete(a) || !answer_is_framed(a))
         return false;
     size_t body_len;
@@ -198,7 +213,7 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *
     int64_t life = freshness_lifetime(buf, resp, head->date_value, now);
     if (life > ANSTORE_LIFETIME_MAX)
         life = ANSTORE_LIFETIME_MAX;
-    size_t bytes = sizeof(struct entry) + len + answer_size(a) + sizeof(*head) + head->len;
+    size_t bytes = sizeof(struct entry) + len + alen + answer_size(a) + sizeof(*head) + head->len;
     if (life <= objhead_age(head, now) || bytes > s->limit) {
         objhead_unref(&head);
         return false; /* no explicit lifetime, stale already, or larger than the whole store */
@@ -206,15 +221,17 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *
     shrink_to(s, bytes);
     if (s->count >= s->n_buckets)
         grow_buckets(s);
-    struct entry *e = xcalloc(1, sizeof(*e) + len);
+    struct entry *e = xcalloc(1, sizeof(*e) + len + alen);
     e->hash = key_hash(key, len);
     e->ans = answer_ref(a);
     e->head = head;
     e->lifetime = life;
     e->bytes = bytes;
     e->key_len = len;
+    e->auth_len = alen;
     memcpy(e->key, key, len);
-    struct entry **pp = slot_of(s, key, len, e->hash);
+    memcpy(e->key + len, auth, alen);
+    struct entry **pp = slot_of(s, key, len, auth, alen, e->hash);
     ASSERT(*pp == NULL);
     *pp = e;
     lru_push(s, e);
@@ -223,13 +240,13 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, struct answer *
     return true;
 }
 
-bool anstore_get(struct anstore *s, const char *key, size_t len, int64_t now,
+bool anstore_get(struct anstore *s, const char *key, size_t len, const char *auth, int64_t now,
                  struct anstore_hit *hit)
 {
     CHECK_OBJ(s, ANSTORE_MAGIC);
     if (s->count == 0)
         return false;
-    struct entry **pp = slot_of(s, key, len, key_hash(key, len));
+    struct entry **pp = slot_of(s, key, len, auth, strlen(auth), key_hash(key, len));
     struct entry *e = *pp;
     if (e == NULL)
         return false;

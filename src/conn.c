@@ -199,12 +199,8 @@ static void log_access(struct conn *c)
         /* $cacheidentifier of an answer with no service: monolithic's map default, $http_host */
         e.ident = field_str(c, "Host");
     }
-    /* An unlisted host's identifier is its authority (admit.h): logged as sent, as
-     * monolithic's map default $http_host is. */
-    bool unlisted = c->ident == c->auth.ident || c->ident == c->adm.own;
-    if (c->proxied && !unlisted)
-        e.ident = (struct access_str){c->ident, strlen(c->ident)};
     if (c->proxied) {
+        e.ident = (struct access_str){c->ident, strlen(c->ident)};
         if (!c->local_resp)
             e.cache_status = c->force                              ? "BYPASS" /* ?nocache= */
                              : c->cached && !conn_cache_is_miss(c) ? "HIT"

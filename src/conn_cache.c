@@ -250,8 +250,9 @@ void conn_cache_begin(struct conn *c)
     struct anstore_hit hit;
     if (c->force) {
         anstore_drop(answers, c->objkey, c->objkey_len);
-    } else if (anstore_get(answers, c->objkey, c->objkey_len, (int64_t)ev_now(c->ctx->loop),
-                           &hit)) {
+    } else if (memchr(c->req_head + c->req.path.off, '?', c->req.path.len) == NULL &&
+               anstore_get(answers, c->objkey, c->objkey_len, c->auth.ident,
+                           (int64_t)ev_now(c->ctx->loop), &hit)) {
         ASSERT(c->shared == NULL && c->shared_head == NULL);
         c->shared = answer_ref(hit.ans);
         c->shared_head = objhead_ref(hit.head);

@@ -130,6 +130,8 @@ struct fetch {
     bool meta_known;
     double sent_at; /* when the current upstream request was started (RFC 9111 request_time) */
     double ans_at;  /* when the head of f->ans arrived (RFC 9111 response_time) */
+    bool has_query; /* the path asked has a query: its answers are never kept (anstore.h) */
+    bool followed;  /* a redirect was followed: the answer is the target's, never kept */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -370,13 +372,15 @@ static void fetch_finish(struct fetch *f, enum chunk_fail why)
         /* Kept for later requests too, when the origin gave it a freshness lifetime: only the
          * answer to the object's first chunk of an object the cache does not hold. The answer
          * to a chunk further in (a 503 while the rest is stored) is that chunk's, and must not
-         * hide the stored ones. */
+         * hide the stored ones. Nor the answer to a path with a query (the key has no query,
+         * and an error depends on it), nor one that came after a redirect (the target's). */
         size_t key_len;
         const char *key = cache_chunk_key(f->cks[i], &key_len);
         struct cache *cache = cache_chunk_cache(f->cks[i]);
         struct anstore *st = cache_answers(cache);
-        if (cache_chunk_index(f->cks[i]) == 0 && !cache_object_is_known(cache, key, key_len) &&
-            anstore_put(st, key, key_len, ans, f->sent_at, f->ans_at)) {
+        if (cache_chunk_index(f->cks[i]) == 0 && !f->has_query && !f->followed &&
+            !cache_object_is_known(cache, key, key_len) &&
+            anstore_put(st, key, key_len, f->authority, ans, f->sent_at, f->ans_at)) {
             const char *hb;
             log_debug("fetch#%u %s: answer %d kept while fresh", f->id, f->host,
                       answer_head(ans, &hb)->status);
@@ -1063,8 +1067,10 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
     struct fetch *f = arg;
     CHECK_OBJ(f, FETCH_MAGIC);
     f->rq = NULL;
-    if (err != -EACCES)
+    if (err != -EACCES) {
         answer_unref(&f->ans); /* a redirect followed: not the answer any more */
+        f->followed = f->followed || f->hops > 0;
+    }
     if (err == 0) {
         ASSERT(n >= 1 && n <= RESOLVER_MAX_ADDRS);
         memcpy(f->addrs, addrs, n * sizeof(addrs[0]));
@@ -1142,6 +1148,7 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     f->port = o->port;
     build_head(f, o);
     f->authority = xstrdup(o->authority);
+    f->has_query = memchr(o->path, '?', o->path_len) != NULL;
     if (o->user_agent != NULL)
         f->ua = xstrndup(o->user_agent, o->ua_len);
     if (o->processed_by != NULL)
@@ -1185,6 +1192,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     struct fetch *f = fetch_alloc();
     f->host = xstrdup(src->host);
     f->authority = xstrdup(src->authority);
+    f->has_query = src->has_query;
     f->port = src->port;
     f->req_pre = xstrdup(src->req_pre);
     f->req_post = xstrdup(src->req_post);

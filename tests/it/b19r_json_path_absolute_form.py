@@ -20,17 +20,6 @@ class JsonPathAbsoluteForm(H.CPTestCase):
         a = json.loads(lines[0])
         self.assertEqual(a["path"], "/b19r/j/size/10?q=1")
 
-    def test_unlisted_proxied_identifier_is_http_host(self):
-        """monolithic's map default is $http_host as sent (case and port kept), for a proxied
-        request of a host with no service too; cacheparty logs its normalised identifier."""
-        self.setup_proxy({"log": {"access_format": "json"}})
-        c = self.client()
-        c.request("/b19r/u/size/10", host="Game.Example.Test:80")
-        self.assertStatus(c.read_response(), 200)
-        d = self.daemon
-        lines = H.wait_until(lambda: d.access_lines(), 10 * H.SLOW, 0.05, "a log line")
-        self.assertEqual(json.loads(lines[0])["cache_identifier"], "Game.Example.Test:80")
-
 
 if __name__ == "__main__":
     raise SystemExit(H.main())

@@ -56,9 +56,9 @@ static bool kept(const char *status, const char *fields)
 {
     struct anstore *s = anstore_new(1 << 20);
     struct answer *a = make(status, fields, 10);
-    bool k = anstore_put(s, "k", 1, a, T0, T0);
+    bool k = anstore_put(s, "k", 1, "h", a, T0, T0);
     struct anstore_hit hit;
-    assert_int_equal(anstore_get(s, "k", 1, (int64_t)T0, &hit), k);
+    assert_int_equal(anstore_get(s, "k", 1, "h", (int64_t)T0, &hit), k);
     answer_unref(&a);
     anstore_free(&s);
     assert_int_equal(answer_live(), 0);
@@ -115,17 +115,17 @@ static void test_close_delimited_and_large_bodies_are_not_kept(void **state)
     struct answer *a = answer_new(g_head, &g_resp, 1024);
     assert_true(answer_append(a, "gone", 4));
     /* incomplete first */
-    assert_false(anstore_put(s, "k", 1, a, T0, T0));
+    assert_false(anstore_put(s, "k", 1, "h", a, T0, T0));
     answer_end(a);
     assert_false(answer_is_framed(a));
-    assert_false(anstore_put(s, "k", 1, a, T0, T0));
+    assert_false(anstore_put(s, "k", 1, "h", a, T0, T0));
     answer_unref(&a);
 
     a = make("404 Not Found", "Cache-Control: max-age=60\r\n", ANSTORE_BODY_MAX + 1);
-    assert_false(anstore_put(s, "k", 1, a, T0, T0));
+    assert_false(anstore_put(s, "k", 1, "h", a, T0, T0));
     answer_unref(&a);
     a = make("404 Not Found", "Cache-Control: max-age=60\r\n", ANSTORE_BODY_MAX);
-    assert_true(anstore_put(s, "k", 1, a, T0, T0));
+    assert_true(anstore_put(s, "k", 1, "h", a, T0, T0));
     answer_unref(&a);
     assert_int_equal(anstore_count(s), 1);
     anstore_free(&s);
@@ -138,23 +138,23 @@ static void test_reused_while_fresh_with_its_age(void **state)
     struct anstore *s = anstore_new(1 << 20);
     /* the origin says Age 10; the request took 2 s: corrected initial age 12 */
     struct answer *a = make("404 Not Found", "Cache-Control: max-age=60\r\nAge: 10\r\n", 10);
-    assert_true(anstore_put(s, "/a", 2, a, T0 - 2, T0));
+    assert_true(anstore_put(s, "/a", 2, "h", a, T0 - 2, T0));
     answer_unref(&a);
     struct anstore_hit hit;
-    assert_true(anstore_get(s, "/a", 2, (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "/a", 2, "h", (int64_t)T0, &hit));
     assert_int_equal(hit.age, 12);
     const char *buf;
     assert_int_equal(answer_head(hit.ans, &buf)->status, 404);
     assert_non_null(hit.head);
-    assert_true(anstore_get(s, "/a", 2, (int64_t)T0 + 47, &hit));
+    assert_true(anstore_get(s, "/a", 2, "h", (int64_t)T0 + 47, &hit));
     assert_int_equal(hit.age, 59);
     /* another key, a prefix of it, is not it */
-    assert_false(anstore_get(s, "/", 1, (int64_t)T0, &hit));
-    assert_false(anstore_get(s, "/ab", 3, (int64_t)T0, &hit));
+    assert_false(anstore_get(s, "/", 1, "h", (int64_t)T0, &hit));
+    assert_false(anstore_get(s, "/ab", 3, "h", (int64_t)T0, &hit));
     /* stale at age 60: dropped */
-    assert_false(anstore_get(s, "/a", 2, (int64_t)T0 + 48, &hit));
+    assert_false(anstore_get(s, "/a", 2, "h", (int64_t)T0 + 48, &hit));
     assert_int_equal(anstore_count(s), 0);
-    assert_false(anstore_get(s, "/a", 2, (int64_t)T0, &hit));
+    assert_false(anstore_get(s, "/a", 2, "h", (int64_t)T0, &hit));
     anstore_free(&s);
     assert_int_equal(answer_live(), 0);
 }
@@ -164,11 +164,11 @@ static void test_lifetime_is_capped(void **state)
     (void)state;
     struct anstore *s = anstore_new(1 << 20);
     struct answer *a = make("404 Not Found", "Cache-Control: max-age=31536000\r\n", 10);
-    assert_true(anstore_put(s, "k", 1, a, T0, T0));
+    assert_true(anstore_put(s, "k", 1, "h", a, T0, T0));
     answer_unref(&a);
     struct anstore_hit hit;
-    assert_true(anstore_get(s, "k", 1, (int64_t)T0 + ANSTORE_LIFETIME_MAX - 1, &hit));
-    assert_false(anstore_get(s, "k", 1, (int64_t)T0 + ANSTORE_LIFETIME_MAX, &hit));
+    assert_true(anstore_get(s, "k", 1, "h", (int64_t)T0 + ANSTORE_LIFETIME_MAX - 1, &hit));
+    assert_false(anstore_get(s, "k", 1, "h", (int64_t)T0 + ANSTORE_LIFETIME_MAX, &hit));
     anstore_free(&s);
 }
 
@@ -179,17 +179,17 @@ static void test_replace_and_drop(void **state)
     struct answer *a = make("404 Not Found", "Cache-Control: max-age=60\r\n", 10);
     struct answer *b = make("410 Gone", "Cache-Control: max-age=60\r\n", 10);
     struct answer *c = make("500 Internal Server Error", "", 10);
-    assert_true(anstore_put(s, "k", 1, a, T0, T0));
-    assert_true(anstore_put(s, "k", 1, b, T0, T0));
+    assert_true(anstore_put(s, "k", 1, "h", a, T0, T0));
+    assert_true(anstore_put(s, "k", 1, "h", b, T0, T0));
     assert_int_equal(anstore_count(s), 1);
     struct anstore_hit hit;
     const char *buf;
-    assert_true(anstore_get(s, "k", 1, (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "k", 1, "h", (int64_t)T0, &hit));
     assert_int_equal(answer_head(hit.ans, &buf)->status, 410);
     /* an answer that is not kept still drops the old one: the origin's latest word */
-    assert_false(anstore_put(s, "k", 1, c, T0, T0));
-    assert_false(anstore_get(s, "k", 1, (int64_t)T0, &hit));
-    assert_true(anstore_put(s, "k", 1, a, T0, T0));
+    assert_false(anstore_put(s, "k", 1, "h", c, T0, T0));
+    assert_false(anstore_get(s, "k", 1, "h", (int64_t)T0, &hit));
+    assert_true(anstore_put(s, "k", 1, "h", a, T0, T0));
     anstore_drop(s, "x", 1);
     assert_int_equal(anstore_count(s), 1);
     anstore_drop(s, "k", 1);
@@ -202,12 +202,41 @@ static void test_replace_and_drop(void **state)
     assert_int_equal(answer_live(), 0);
 }
 
+/* Entries are per object and authority: another host of the same object misses, and a drop
+ * (purge, new version) takes every host's. */
+static void test_per_authority(void **state)
+{
+    (void)state;
+    struct anstore *s = anstore_new(1 << 20);
+    struct answer *a = make("404 Not Found", "Cache-Control: max-age=60\r\n", 10);
+    struct answer *b = make("503 Service Unavailable", "Cache-Control: max-age=60\r\n", 10);
+    struct anstore_hit hit;
+    const char *buf;
+    assert_true(anstore_put(s, "k", 1, "mirror1.example", a, T0, T0));
+    assert_false(anstore_get(s, "k", 1, "mirror2.example", (int64_t)T0, &hit));
+    assert_true(anstore_put(s, "k", 1, "mirror2.example", b, T0, T0));
+    assert_true(anstore_get(s, "k", 1, "mirror1.example", (int64_t)T0, &hit));
+    assert_int_equal(answer_head(hit.ans, &buf)->status, 404);
+    assert_true(anstore_get(s, "k", 1, "mirror2.example", (int64_t)T0, &hit));
+    assert_int_equal(answer_head(hit.ans, &buf)->status, 503);
+    /* a key that is a prefix of key + authority is not confused with it */
+    assert_false(anstore_get(s, "km", 2, "irror1.example", (int64_t)T0, &hit));
+    assert_int_equal(anstore_count(s), 2);
+    anstore_drop(s, "k", 1);
+    assert_int_equal(anstore_count(s), 0);
+    assert_int_equal(anstore_bytes(s), 0);
+    answer_unref(&a);
+    answer_unref(&b);
+    anstore_free(&s);
+    assert_int_equal(answer_live(), 0);
+}
+
 static void test_byte_limit_lru(void **state)
 {
     (void)state;
     struct answer *a = make("404 Not Found", "Cache-Control: max-age=60\r\n", 1000);
     struct anstore *s = anstore_new(1 << 20);
-    assert_true(anstore_put(s, "probe", 5, a, T0, T0));
+    assert_true(anstore_put(s, "probe", 5, "h", a, T0, T0));
     size_t one = anstore_bytes(s); /* what one entry of a 5-byte key costs */
     anstore_free(&s);
     assert_true(one > 1000);
@@ -217,27 +246,27 @@ static void test_byte_limit_lru(void **state)
     struct anstore_hit hit;
     for (int i = 0; i < 500; i++) { /* many, through several bucket doublings */
         snprintf(key, sizeof(key), "k%04d", i);
-        assert_true(anstore_put(s, key, 5, a, T0, T0));
+        assert_true(anstore_put(s, key, 5, "h", a, T0, T0));
         assert_true(anstore_bytes(s) <= 3 * one);
         assert_true(anstore_count(s) <= 3);
     }
     assert_int_equal(anstore_count(s), 3);
-    assert_false(anstore_get(s, "k0496", 5, (int64_t)T0, &hit));
+    assert_false(anstore_get(s, "k0496", 5, "h", (int64_t)T0, &hit));
     /* k0497 used again: k0498 is now the least recently used, and goes for a new one */
-    assert_true(anstore_get(s, "k0497", 5, (int64_t)T0, &hit));
-    assert_true(anstore_put(s, "n0000", 5, a, T0, T0));
-    assert_false(anstore_get(s, "k0498", 5, (int64_t)T0, &hit));
-    assert_true(anstore_get(s, "k0499", 5, (int64_t)T0, &hit));
-    assert_true(anstore_get(s, "n0000", 5, (int64_t)T0, &hit));
-    assert_true(anstore_get(s, "k0497", 5, (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "k0497", 5, "h", (int64_t)T0, &hit));
+    assert_true(anstore_put(s, "n0000", 5, "h", a, T0, T0));
+    assert_false(anstore_get(s, "k0498", 5, "h", (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "k0499", 5, "h", (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "n0000", 5, "h", (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "k0497", 5, "h", (int64_t)T0, &hit));
     /* a smaller limit (a reload) keeps the most recently used */
     anstore_set_limit(s, one);
     assert_int_equal(anstore_count(s), 1);
-    assert_true(anstore_get(s, "k0497", 5, (int64_t)T0, &hit));
+    assert_true(anstore_get(s, "k0497", 5, "h", (int64_t)T0, &hit));
     /* 0 keeps nothing */
     anstore_set_limit(s, 0);
     assert_int_equal(anstore_count(s), 0);
-    assert_false(anstore_put(s, "k", 1, a, T0, T0));
+    assert_false(anstore_put(s, "k", 1, "h", a, T0, T0));
     assert_int_equal(anstore_bytes(s), 0);
     anstore_free(&s);
     answer_unref(&a);
@@ -252,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_reused_while_fresh_with_its_age),
         cmocka_unit_test(test_lifetime_is_capped),
         cmocka_unit_test(test_replace_and_drop),
+        cmocka_unit_test(test_per_authority),
         cmocka_unit_test(test_byte_limit_lru),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
