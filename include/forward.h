@@ -57,7 +57,7 @@ bool fwd_fill_forwards(const char *name, size_t len);
 enum fwd_body { FWD_BODY_NONE, FWD_BODY_LENGTH, FWD_BODY_CHUNKED, FWD_BODY_CLOSE };
 
 struct fwd_resp_opts {
-    const char *hostname;
+    const char *hostname;     /* the X-LanCache-Processed-By value: ours[,incoming] */
     const char *cache_status; /* "HIT" | "MISS" | "BYPASS" */
     int client_minor;         /* client's HTTP/1.x minor version */
     bool head_req;            /* the client's request was HEAD */

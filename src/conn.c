@@ -288,6 +288,20 @@ const char *conn_date(const struct conn *c)
     return date;
 }
 
+const char *conn_processed_by(const struct conn *c)
+{
+    static char pb[1024 + 256];
+    const struct h1_field *f =
+        c->req_head != NULL
+            ? h1_find(c->req_head, c->req.fields, c->req.n_fields, "X-LanCache-Processed-By")
+            : NULL;
+    if (f == NULL || f->value.len == 0 || f->value.len > 1024)
+        return g_cfg->hostname;
+    snprintf(pb, sizeof(pb), "%s,%.*s", g_cfg->hostname, (int)f->value.len,
+             c->req_head + f->value.off);
+    return pb;
+}
+
 /* Queues a proxy-made response and finishes the request. <close> forces Connection: close. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra)
 {
@@ -295,8 +309,8 @@ void conn_local_response(struct conn *c, int status, bool close_after, const cha
     buf_compact(&c->out);
     if (close_after || c->req.version_minor == 0)
         c->keep_alive = false;
-    size_t n = fwd_local_response(status, g_cfg->hostname, conn_date(c), c->keep_alive, c->head_req,
-                                  extra, c->out.last, buf_room(&c->out));
+    size_t n = fwd_local_response(status, conn_processed_by(c), conn_date(c), c->keep_alive,
+                                  c->head_req, extra, c->out.last, buf_room(&c->out));
     ASSERT(n > 0); /* a local response is small and <out> is at most half full here */
     c->out.last += n;
     c->status = status;

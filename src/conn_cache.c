@@ -515,7 +515,7 @@ static bool head_step(struct conn *c)
     h.content_type = m->content_type;
     h.head = m->head;
     h.now = (int64_t)ev_now(c->ctx->loop);
-    h.hostname = g_cfg->hostname;
+    h.hostname = conn_processed_by(c);
     h.client_minor = c->req.version_minor;
 
     const struct h1_field *rf = field(c, "Range");

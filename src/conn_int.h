@@ -179,6 +179,11 @@ void conn_update_timer(struct conn *c);
 /* Our Date (RFC 9110 §6.6.1) for an answer made now: an IMF-fixdate, static storage, the same
  * string within one second. */
 const char *conn_date(const struct conn *c);
+/* The X-LanCache-Processed-By value of this request's response: our hostname, then the
+ * request's own X-LanCache-Processed-By after a comma when it had one (as monolithic's
+ * "$hostname,$http_x_lancache_processed_by"; an incoming chain longer than 1 KiB is left out).
+ * A static buffer, valid until the next call. */
+const char *conn_processed_by(const struct conn *c);
 /* Queues a proxy-made response (with our Date) and finishes the request. */
 void conn_local_response(struct conn *c, int status, bool close_after, const char *extra);
 /* The response is fully queued: next request, or close once flushed. */

@@ -97,7 +97,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         return;
     conn_out_ensure(c);
     buf_compact(&c->out);
-    struct fwd_resp_opts o = {.hostname = g_cfg->hostname,
+    struct fwd_resp_opts o = {.hostname = conn_processed_by(c),
                               .cache_status = c->bypass ? "BYPASS" : "MISS",
                               .client_minor = c->req.version_minor,
                               .head_req = c->head_req,

@@ -52,7 +52,7 @@ static void share_begin(struct conn *c)
     const char *hbuf;
     const struct h1_resp *resp = answer_head(c->shared, &hbuf);
     struct fwd_resp_opts o = {
-        .hostname = g_cfg->hostname,
+        .hostname = conn_processed_by(c),
         .cache_status = c->force ? "BYPASS"
                         : miss   ? "MISS"
                                  : "HIT",

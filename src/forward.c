@@ -54,6 +54,14 @@ static void put_field(struct out *o, const char *buf, const struct h1_field *f)
     put(o, "\r\n", 2);
 }
 
+/* X-LanCache-Processed-By: <v> (a chain may be longer than what putf formats) */
+static void put_processed_by(struct out *o, const char *v)
+{
+    puts_(o, "X-LanCache-Processed-By: ");
+    puts_(o, v);
+    puts_(o, "\r\n");
+}
+
 static size_t out_done(struct out *o)
 {
     return o->over ? 0 : o->len;
@@ -234,8 +242,8 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
         puts_(&w, "Connection: close\r\n");
     else if (o->client_minor == 0)
         puts_(&w, "Connection: keep-alive\r\n");
-    putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", o->hostname,
-         o->cache_status);
+    put_processed_by(&w, o->hostname);
+    putf(&w, "X-Upstream-Cache-Status: %s\r\n\r\n", o->cache_status);
     return out_done(&w);
 }
 
@@ -298,8 +306,8 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
         puts_(&w, "Connection: close\r\n");
     else if (h->client_minor == 0)
         puts_(&w, "Connection: keep-alive\r\n");
-    putf(&w, "X-LanCache-Processed-By: %s\r\nX-Upstream-Cache-Status: %s\r\n\r\n", h->hostname,
-         h->cache_status);
+    put_processed_by(&w, h->hostname);
+    putf(&w, "X-Upstream-Cache-Status: %s\r\n\r\n", h->cache_status);
     if (short_body && !head_req)
         putf(&w, "%d %s\n", h->status, h1_reason(h->status));
     return out_done(&w);
@@ -322,7 +330,7 @@ size_t fwd_local_response(int status, const char *hostname, const char *date, bo
     putf(&w, "HTTP/1.1 %d %s\r\n", status, h1_reason(status));
     if (date != NULL)
         putf(&w, "Date: %s\r\n", date);
-    putf(&w, "X-LanCache-Processed-By: %s\r\n", hostname);
+    put_processed_by(&w, hostname);
     if (!no_body)
         putf(&w, "Content-Type: text/plain\r\nContent-Length: %d\r\n", blen);
     if (extra != NULL)
