@@ -38,6 +38,16 @@ class Uncacheable(H.CPTestCase):
             over["cache"] = cache
         return self.setup_proxy(over)
 
+    def log_lines(self, needle, n):
+        """The access log lines naming <needle>, once there are <n> (the log is written once
+        per loop turn, after the responses)."""
+        d = self.daemon
+        lines = H.wait_until(
+            lambda: (lambda ls: len(ls) >= n and ls)([l for l in d.access_lines() if needle in l]),
+            10 * H.SLOW, 0.05, "%d access log lines for %s" % (n, needle))
+        self.assertEqual(len(lines), n)
+        return lines
+
     def byte_counts(self):
         m = self.daemon.metrics()
         return (m.get('cacheparty_response_bytes_total{cache="hit"}', 0),
@@ -110,8 +120,7 @@ class Uncacheable(H.CPTestCase):
         # the body came from the origin once: one delivery is the miss, four are hits
         hit, miss = self.byte_counts()
         self.assertEqual((hit - hit0, miss - miss0), (4 * len(body), len(body)))
-        lines = [l for l in self.daemon.access_lines() if "/c10/404/x" in l]
-        self.assertEqual(len(lines), 5)
+        lines = self.log_lines("/c10/404/x", 5)
         self.assertEqual(sum(1 for l in lines if '"MISS"' in l), 1)
         self.assertEqual(sum(1 for l in lines if '"HIT"' in l), 4)
         # not cached: the next request asks the origin again
@@ -223,8 +232,7 @@ class Uncacheable(H.CPTestCase):
             self.assertEqual(bytes(r.body), body)
             self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
         self.assertEqual(self.origin_count("/c10/nc"), 1)
-        lines = [l for l in self.daemon.access_lines() if "/c10/nc/x" in l]
-        self.assertEqual(len(lines), 3)
+        lines = self.log_lines("/c10/nc/x", 3)
         for l in lines:
             self.assertIn('"BYPASS"', l)
 

@@ -200,7 +200,9 @@ class HitMiss(H.CPTestCase):
         self.assertEqual(self.daemon.metrics()["cacheparty_upstream_bytes_total"], n)
         # B (its line first: it ended first) is a HIT, A a MISS
         self.assertEqual(self.statuses(2), ["HIT", "MISS"])
-        self.assertEqual(self.daemon.metrics()["cacheparty_coalesced_total"], 1)
+        # B joined chunk 0's fill (A may also have joined the read-ahead of chunk 1, or not:
+        # that depends on when A reads)
+        self.assertGreaterEqual(self.daemon.metrics()["cacheparty_coalesced_total"], 1)
 
     def test_clients_on_one_cold_object_at_once_share_one_miss_per_byte(self):
         self.start()

@@ -82,7 +82,10 @@ class FreshAnswers(H.CPTestCase):
         self.assertEqual(m.get("cacheparty_fresh_answers"), 2)
         self.assertGreater(m.get("cacheparty_fresh_answer_bytes"), 2 * len(r1.body))
         # the access log says HIT for the reused ones
-        lines = [l for l in d.access_lines() if "/c13/404/x" in l]
+        lines = H.wait_until(
+            lambda: (lambda ls: len(ls) >= 4 and ls)([l for l in d.access_lines()
+                                                      if "/c13/404/x" in l]),
+            10 * H.SLOW, 0.05, "4 access log lines")
         self.assertEqual(len(lines), 4)
         self.assertIn("MISS", lines[0])
         for l in lines[1:]:
