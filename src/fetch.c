@@ -1193,6 +1193,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->host = xstrdup(src->host);
     f->authority = xstrdup(src->authority);
     f->has_query = src->has_query;
+    f->followed = src->followed; /* (its request may be a redirect target's) */
     f->port = src->port;
     f->req_pre = xstrdup(src->req_pre);
     f->req_post = xstrdup(src->req_post);
