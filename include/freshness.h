@@ -38,14 +38,16 @@ struct freshness_cc {
 void freshness_cc_parse(const char *buf, const struct h1_resp *resp, struct freshness_cc *out);
 
 /*
- * The explicit freshness lifetime of response <resp> (spans into <buf>) for a shared cache, in
+ * The explicit freshness lifetime of response <resp> (spans into <buf>), whose Cache-Control
+ * freshness_cc_parse made <cc> (parsed once by the caller, who also decides storability), for a
+ * shared cache, in
  * seconds (RFC 9111 §4.2.1): s-maxage, else max-age, else Expires minus <date_value> (the
  * response's Date, or when it was received; 0 when Expires is not later). An invalid Cache-Control
  * argument or an Expires that is not a valid HTTP-date gives 0 (stale). Returns -1 when the
  * response gives no explicit lifetime. <now> is for the two-digit years of RFC 850 dates.
  */
-int64_t freshness_lifetime(const char *buf, const struct h1_resp *resp, int64_t date_value,
-                           int64_t now);
+int64_t freshness_lifetime(const char *buf, const struct h1_resp *resp,
+                           const struct freshness_cc *cc, int64_t date_value, int64_t now);
 
 /* Whether <status> is one a cache understands for `must-understand` (RFC 9111 §5.2.2.3): the
  * final status codes RFC 9110 §15 defines. */

@@ -175,16 +175,14 @@ void anstore_drop(struct anstore *s, const char *key, size_t len)
 
 /* Whether the head <buf>/<resp> of a complete answer may be kept (anstore.h's rules, but for
  * the lifetime). */
-static bool keepable(const char *buf, const struct h1_resp *resp)
+static bool keepable(const char *buf, const struct h1_resp *resp, const struct freshness_cc *cc)
 {
     int st = resp->status;
     if (st < 200 || st == 200 || st == 206 || st == 304 || st > 599)
         return false;
-    struct freshness_cc cc;
-    freshness_cc_parse(buf, resp, &cc);
-    if (cc.no_store || cc.no_cache || cc.private_)
+    if (cc->no_store || cc->no_cache || cc->private_)
         return false;
-    if (cc.must_understand && !freshness_status_is_understood(st))
+    if (cc->must_understand && !freshness_status_is_understood(st))
         return false;
     return h1_find(buf, resp->fields, resp->n_fields, "Vary") == NULL &&
            h1_find(buf, resp->fields, resp->n_fields, "Set-Cookie") == NULL;
@@ -195,7 +193,8 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, const char *aut
 {
     CHECK_OBJ(s, ANSTORE_MAGIC);
     size_t alen = strlen(auth);
-    struct entry **old = slot_of(s, key, len, auth, alen, key_hash(key, len));
+    uint64_t h = key_hash(key, len);
+    struct entry **old = slot_of(s, key, len, auth, alen, h);
     if (*old != NULL)
         remove_at(s, old);
     if (!answer_complete(a) || !answer_is_framed(a))
@@ -204,13 +203,15 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, const char *aut
     (void)answer_body(a, &body_len);
     const char *buf;
     const struct h1_resp *resp = answer_head(a, &buf);
-    if (body_len > ANSTORE_BODY_MAX || !keepable(buf, resp))
+    struct freshness_cc cc;
+    freshness_cc_parse(buf, resp, &cc);
+    if (body_len > ANSTORE_BODY_MAX || !keepable(buf, resp, &cc))
         return false;
     struct objhead *head;
     if (objhead_from_response(buf, resp, request_time, response_time, &head) < 0)
         return false; /* (fields past OBJHEAD_FIELDS_MAX: not kept) */
     int64_t now = (int64_t)response_time;
-    int64_t life = freshness_lifetime(buf, resp, head->date_value, now);
+    int64_t life = freshness_lifetime(buf, resp, &cc, head->date_value, now);
     if (life > ANSTORE_LIFETIME_MAX)
         life = ANSTORE_LIFETIME_MAX;
     size_t bytes = sizeof(struct entry) + len + alen + answer_size(a) + sizeof(*head) + head->len;
@@ -222,7 +223,7 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, const char *aut
     if (s->count >= s->n_buckets)
         grow_buckets(s);
     struct entry *e = xcalloc(1, sizeof(*e) + len + alen);
-    e->hash = key_hash(key, len);
+    e->hash = h;
     e->ans = answer_ref(a);
     e->head = head;
     e->lifetime = life;
@@ -231,7 +232,7 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, const char *aut
     e->auth_len = alen;
     memcpy(e->key, key, len);
     memcpy(e->key + len, auth, alen);
-    struct entry **pp = slot_of(s, key, len, auth, alen, e->hash);
+    struct entry **pp = slot_of(s, key, len, auth, alen, h);
     ASSERT(*pp == NULL);
     *pp = e;
     lru_push(s, e);

@@ -125,17 +125,15 @@ void freshness_cc_parse(const char *buf, const struct h1_resp *resp, struct fres
     }
 }
 
-int64_t freshness_lifetime(const char *buf, const struct h1_resp *resp, int64_t date_value,
-                           int64_t now)
+int64_t freshness_lifetime(const char *buf, const struct h1_resp *resp,
+                           const struct freshness_cc *cc, int64_t date_value, int64_t now)
 {
-    struct freshness_cc cc;
-    freshness_cc_parse(buf, resp, &cc);
-    if (cc.invalid)
+    if (cc->invalid)
         return 0;
-    if (cc.s_maxage >= 0)
-        return cc.s_maxage;
-    if (cc.max_age >= 0)
-        return cc.max_age;
+    if (cc->s_maxage >= 0)
+        return cc->s_maxage;
+    if (cc->max_age >= 0)
+        return cc->max_age;
     const struct h1_field *ex = h1_find(buf, resp->fields, resp->n_fields, "Expires");
     if (ex == NULL)
         return -1;

@@ -44,7 +44,9 @@ static int64_t life_of(const char *fields, int64_t date_value)
     char text[1024];
     snprintf(text, sizeof(text), "HTTP/1.1 404 Not Found\r\n%sContent-Length: 0\r\n\r\n", fields);
     const struct h1_resp *r = parse(text);
-    return freshness_lifetime(g_head, r, date_value, date_value);
+    struct freshness_cc cc;
+    freshness_cc_parse(g_head, r, &cc);
+    return freshness_lifetime(g_head, r, &cc, date_value, date_value);
 }
 
 static void test_cc_directives(void **state)
