@@ -55,6 +55,10 @@ struct cfg_hostport {
 
 enum cfg_log_level { CFG_LOG_ERROR = 0, CFG_LOG_WARN, CFG_LOG_INFO, CFG_LOG_DEBUG };
 enum cfg_access_format { CFG_ACCESS_CACHELOG = 0, CFG_ACCESS_JSON };
+/* [domains] steam_user_agent: off; Steam's content hosts (built-in list + steam_hosts); any host.
+ */
+enum cfg_steam_ua { CFG_STEAM_UA_NO = 0, CFG_STEAM_UA_YES, CFG_STEAM_UA_ANY };
+#define CONFIG_MAX_STEAM_HOSTS 64 /* [domains] steam_hosts entries */
 
 struct config {
     char *path; /* the file it was loaded from */
@@ -98,7 +102,11 @@ struct config {
     /* [domains] */
     char *cache_domains; /* NULL when empty */
     bool allow_unlisted;
-    bool steam_user_agent;
+    enum cfg_steam_ua steam_user_agent;
+    /* steam_hosts: names ("a.b") and wildcards ("*.a.b", subdomains only), lowercase, without a
+     * trailing dot, each once; added to admit.c's built-in list of Steam content hosts */
+    char *steam_hosts[CONFIG_MAX_STEAM_HOSTS];
+    size_t n_steam_hosts;
 
     /* [tls] */
     struct cfg_addr tls_listen[CONFIG_MAX_ADDRS];

@@ -29,7 +29,6 @@
 struct domains;
 
 #define DOMAINS_STEAM_UA "Valve/Steam HTTP Client 1.0"
-#define DOMAINS_STEAM_ZONE "steamcontent.com"
 #define DOMAINS_STEAM_ID "steam"
 #define DOMAINS_NAME_MAX 253 /* longest host name, without the trailing dot */
 
@@ -68,34 +67,19 @@ void domains_free(struct domains **d);
 const char *domains_match(const struct domains *d, const char *host);
 
 /*
- * The cache identifier of a request, in this order (docs/interfaces.md): the list match; else,
- * when <steam_ua_rule> (config steam_user_agent) is set and the User-Agent <user_agent>[0..ua_len)
- * contains DOMAINS_STEAM_UA (case-sensitive, anywhere, like lancache's map) and <host> is a
- * subdomain of steamcontent.com on a label boundary, DOMAINS_STEAM_ID ("steam"). The bare
- * "steamcontent.com" is NOT admitted by the rule (like "*.steamcontent.com": subdomains only;
- * list it to cache it). Else NULL: the caller applies allow_unlisted or answers 403.
- * <d> may be NULL (only the Steam rule applies); <user_agent> may be NULL when <ua_len> is 0.
- * The result is owned by <d> or static. No allocation.
- */
-const char *domains_identify(const struct domains *d, const char *host, const char *user_agent,
-                             size_t ua_len, bool steam_ua_rule);
-
-/*
  * Whether <name> is, ignoring case, the name of a service of <d> or DOMAINS_STEAM_ID: the
  * identifier an unlisted host of that name would share with the service. <d> may be NULL.
  */
 bool domains_is_service(const struct domains *d, const char *name);
 
 /*
- * The cache identifier of a request for <host> (its authority as sent: <ident>, see
- * h1_authority): domains_identify()'s; else, when <allow_unlisted>, <ident> itself, or "<ident>."
- * written to <own> when <ident> is a service's name (an unlisted host named "steam" must not
- * share the steam service's cache; no host's identifier ends with a dot). <own> has room for
- * strlen(ident) + 2. NULL when the host is not allowed. The proxy decides admission through
- * admit_host() (admit.h), which adds the IP-literal rule and the kind of request.
+ * The identifier of an unlisted host when <allow_unlisted> (admit.h, rule 5): <ident> itself (its
+ * authority as sent, see h1_authority), or "<ident>." written to <own> when <ident> is a
+ * service's name (an unlisted host named "steam" must not share the steam service's cache; no
+ * host's identifier ends with a dot). <own> has room for strlen(ident) + 2. NULL when
+ * !<allow_unlisted>. The proxy decides admission through admit_host() (admit.h).
  */
-const char *domains_cache_identifier(const struct domains *d, const char *host, const char *ident,
-                                     const char *user_agent, size_t ua_len, bool steam_ua_rule,
+const char *domains_cache_identifier(const struct domains *d, const char *ident,
                                      bool allow_unlisted, char *own, size_t own_len);
 
 /*

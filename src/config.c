@@ -70,9 +70,9 @@ struct cfg_key {
     const char *fixed;
 };
 
-static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool,
-    parse_addr_list, parse_addr_opt, parse_hostname, parse_dns, parse_hostport_opt, parse_dirs,
-    parse_path_opt, parse_path, parse_level, parse_format;
+static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool, parse_steam_ua,
+    parse_steam_hosts, parse_addr_list, parse_addr_opt, parse_hostname, parse_dns,
+    parse_hostport_opt, parse_dirs, parse_path_opt, parse_path, parse_level, parse_format;
 
 /*
  * Every key, in the order of conf/cacheparty.ini (which documents each). Fields left out are 0:
@@ -236,11 +236,12 @@ static const struct cfg_key cfg_keys[] = {
      .parse = parse_bool,
      .off = offsetof(struct config, allow_unlisted),
      .def = "no"},
+    {.section = "domains", .name = "steam_user_agent", .parse = parse_steam_ua, .def = "yes"},
     {.section = "domains",
-     .name = "steam_user_agent",
-     .parse = parse_bool,
-     .off = offsetof(struct config, steam_user_agent),
-     .def = "yes"},
+     .name = "steam_hosts",
+     .parse = parse_steam_hosts,
+     .list = true,
+     .def = ""},
 
     {.section = "tls",
      .name = "passthrough_listen",
@@ -701,6 +702,79 @@ static int parse_bool(struct config *cfg, const struct cfg_key *key, const char 
     (void)append;
     if (config_parse_bool(val, field(cfg, key->off)) != 0)
         return bad(msg, msglen, "'%s' is not a boolean (yes/no, true/false, on/off, 1/0)", val);
+    return 0;
+}
+
+static int parse_steam_ua(struct config *cfg, const struct cfg_key *key, const char *val,
+                          bool append, char *msg, size_t msglen)
+{
+    bool on = false;
+
+    (void)key;
+    (void)append;
+    if (strcasecmp(val, "any") == 0) {
+        cfg->steam_user_agent = CFG_STEAM_UA_ANY;
+        return 0;
+    }
+    if (config_parse_bool(val, &on) != 0)
+        return bad(msg, msglen, "'%s' is not yes, no or any", val);
+    cfg->steam_user_agent = on ? CFG_STEAM_UA_YES : CFG_STEAM_UA_NO;
+    return 0;
+}
+
+/*
+ * A steam_hosts entry: a host name of at least two labels, or "*." and one (subdomains only).
+ * Lowercased in place, one trailing dot removed. Returns NULL or why it is refused.
+ */
+static const char *steam_host_check(char *tok)
+{
+    size_t len = strlen(tok);
+    const char *name = tok;
+
+    if (len > 0 && tok[len - 1] == '.')
+        tok[--len] = '\0';
+    for (char *p = tok; *p != '\0'; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (strncmp(tok, "*.", 2) == 0)
+        name += 2;
+    if (!is_host_name(name) || strchr(name, '*') != NULL || name[strlen(name) - 1] == '-')
+        return "is not a host name or \"*.\" and a host name";
+    if (strchr(name, '.') == NULL)
+        return name == tok ? "needs at least two labels (a host name, not a top-level domain)"
+                           : "would cover a whole top-level domain";
+    return NULL;
+}
+
+static int parse_steam_hosts(struct config *cfg, const struct cfg_key *key, const char *val,
+                             bool append, char *msg, size_t msglen)
+{
+    char tok[CONFIG_TOKEN_MAX];
+    const char *p = val;
+    const char *why;
+    int rc;
+
+    (void)key;
+    if (!append) {
+        for (size_t i = 0; i < cfg->n_steam_hosts; i++)
+            free(cfg->steam_hosts[i]);
+        cfg->n_steam_hosts = 0;
+    }
+    while ((rc = next_token(&p, tok, sizeof(tok))) != 0) {
+        if (rc < 0)
+            return bad(msg, msglen, "'%s...' is too long", tok);
+        char as_given[CONFIG_TOKEN_MAX];
+        memcpy(as_given, tok, sizeof(as_given));
+        if ((why = steam_host_check(tok)) != NULL)
+            return bad(msg, msglen, "'%s' %s", as_given, why);
+        bool dup = false;
+        for (size_t i = 0; i < cfg->n_steam_hosts && !dup; i++)
+            dup = strcmp(cfg->steam_hosts[i], tok) == 0;
+        if (dup)
+            continue;
+        if (cfg->n_steam_hosts == CONFIG_MAX_STEAM_HOSTS)
+            return bad(msg, msglen, "too many host names (at most %d)", CONFIG_MAX_STEAM_HOSTS);
+        cfg->steam_hosts[cfg->n_steam_hosts++] = xstrdup(tok);
+    }
     return 0;
 }
 
@@ -1189,6 +1263,8 @@ void config_free(struct config **cfg)
     c = *cfg;
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);
+    for (size_t i = 0; i < c->n_steam_hosts; i++)
+        free(c->steam_hosts[i]);
     free(c->cache_domains);
     free(c->tls_access);
     free(c->access_log);

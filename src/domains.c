@@ -951,24 +951,6 @@ const char *domains_match(const struct domains *d, const char *host)
     return best != NULL ? d->services[best->svc] : NULL;
 }
 
-const char *domains_identify(const struct domains *d, const char *host, const char *user_agent,
-                             size_t ua_len, bool steam_ua_rule)
-{
-    static const char zone[] = "." DOMAINS_STEAM_ZONE;
-    const char *id = domains_match(d, host);
-    size_t len;
-
-    if (id != NULL)
-        return id;
-    if (!steam_ua_rule || user_agent == NULL ||
-        memmem(user_agent, ua_len, DOMAINS_STEAM_UA, sizeof(DOMAINS_STEAM_UA) - 1) == NULL)
-        return NULL;
-    len = host_len(host);
-    if (len <= sizeof(zone) - 1 || memcmp(host + len - (sizeof(zone) - 1), zone, sizeof(zone) - 1))
-        return NULL;
-    return DOMAINS_STEAM_ID;
-}
-
 bool domains_is_service(const struct domains *d, const char *name)
 {
     if (strcasecmp(name, DOMAINS_STEAM_ID) == 0)
@@ -982,13 +964,11 @@ bool domains_is_service(const struct domains *d, const char *name)
     return false;
 }
 
-const char *domains_cache_identifier(const struct domains *d, const char *host, const char *ident,
-                                     const char *user_agent, size_t ua_len, bool steam_ua_rule,
+const char *domains_cache_identifier(const struct domains *d, const char *ident,
                                      bool allow_unlisted, char *own, size_t own_len)
 {
-    const char *id = domains_identify(d, host, user_agent, ua_len, steam_ua_rule);
-    if (id != NULL || !allow_unlisted)
-        return id;
+    if (!allow_unlisted)
+        return NULL;
     if (!domains_is_service(d, ident))
         return ident;
     int n = snprintf(own, own_len, "%s.", ident);

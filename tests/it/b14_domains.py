@@ -86,6 +86,47 @@ class Domains(H.CPTestCase):
                                    headers=[("User-Agent", STEAM_UA)]), 403)
         self.assertEqual(self.origin.request_count(), 1)
 
+    def test_steam_agent_on_steams_other_cdn_hosts(self):
+        """Steam's LANCache mode sends its CDN host names to the cache (issue 17): with the Steam
+        agent, the built-in Steam content hosts that are not in the lists are `steam`, and the
+        same path on two of them is one stored copy. Another customer's name under the same
+        shared CDN domain, and an unrelated host, are not `steam` (403 with allow_unlisted =
+        no)."""
+        self.start()
+        ua = [("User-Agent", STEAM_UA)]
+        p = "/depot/17/chunk/b14aa/size/1000"
+        for host in ("f3b7q2p3.ssl.hwcdn.net", "steam.cdn.on.net", "steampipe-kr.akamaized.net"):
+            self.assertBody(self.get(p, host=host, headers=ua), p)
+        self.assertEqual(self.origin.request_count(), 1)
+        self.assertEqual(self.idents(3), ["steam"] * 3)
+        for host in ("other.ssl.hwcdn.net", "evil.akamaized.net", "www.example.org"):
+            self.assertStatus(self.get(p, host=host, headers=ua), 403)
+        # without the agent, a built-in Steam host is an unlisted host like any other
+        self.assertStatus(self.get(p, host="steam.cdn.on.net"), 403)
+        self.assertEqual(self.origin.request_count(), 1)
+
+    def test_steam_hosts_extend_and_any_mode(self):
+        d = self.setup_proxy({"domains": {"cache_domains": LISTS, "allow_unlisted": "no",
+                                          "steam_user_agent": "yes",
+                                          "steam_hosts": "steam.mirror.example *.st.example.net"}})
+        ua = [("User-Agent", STEAM_UA)]
+        p = "/depot/18/chunk/b14bb/size/1000"
+        self.assertBody(self.get(p, host="steam.mirror.example", headers=ua), p)
+        self.assertBody(self.get(p, host="a.st.example.net", headers=ua), p)
+        self.assertStatus(self.get(p, host="st.example.net", headers=ua), 403)
+        self.assertEqual(self.origin.request_count(), 1)
+        d.stop()
+        # any: lancache's rule, the agent decides whatever the host (even a listed one)
+        self.setup_proxy({"domains": {"cache_domains": LISTS, "allow_unlisted": "no",
+                                      "steam_user_agent": "any"}})
+        n = self.origin.request_count()
+        q = "/depot/19/chunk/b14cc/size/1000"
+        for host in ("www.example.org", "level3.blizzard.com", "other.ssl.hwcdn.net"):
+            self.assertBody(self.get(q, host=host, headers=ua), q)
+        self.assertEqual(self.origin.request_count(), n + 1)
+        self.assertEqual(self.idents(3), ["steam"] * 3)
+        self.assertStatus(self.get(q, host="www.example.org"), 403)
+
     def test_cli_counts_and_dns_export(self):
         d = self.start()
         out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,

@@ -50,7 +50,8 @@ static int sample_teardown(void **state)
 }
 
 struct rules {
-    bool allow_private, allow_unlisted, steam_ua;
+    bool allow_private, allow_unlisted;
+    enum cfg_steam_ua steam_ua;
     bool lists; /* the sample lists, else none */
 };
 
@@ -63,11 +64,17 @@ struct admit_case {
     const char *ident; /* when allowed */
 };
 
+/* steam_hosts of the next run_case (tests that extend the built-in list set them) */
+static char *g_steam_hosts[4];
+static size_t g_n_steam_hosts;
+
 /* Runs <c> as <kind> and checks the verdict. */
 static void run_case(const struct admit_case *c, enum admit_kind kind)
 {
     struct config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    memcpy(cfg.steam_hosts, g_steam_hosts, sizeof(g_steam_hosts));
+    cfg.n_steam_hosts = g_n_steam_hosts;
     cfg.allow_private = c->rules.allow_private;
     cfg.allow_unlisted = c->rules.allow_unlisted;
     cfg.steam_user_agent = c->rules.steam_ua;
@@ -212,6 +219,151 @@ static void test_admit_former_differences_now_answer_alike(void **state)
     run_case(&purge_unlisted, ADMIT_REQUEST);
 }
 
+/* Every built-in Steam content host (a wildcard by a subdomain of it) is "steam" with the
+ * Steam agent, as a request, a redirect target and a purge; never as TLS, never without the
+ * agent, never with steam_user_agent = no. */
+static void test_admit_every_builtin_steam_host_is_steam(void **state)
+{
+    (void)state;
+    static const struct rules NOLISTS = {false, false, CFG_STEAM_UA_YES, false};
+    static const struct rules OPEN = {false, true, CFG_STEAM_UA_YES, false};
+    static const struct rules OFF = {false, false, CFG_STEAM_UA_NO, false};
+    static const enum admit_kind http_kinds[] = {ADMIT_REQUEST, ADMIT_REDIRECT, ADMIT_PURGE};
+    const char *const *names;
+    size_t n = admit_steam_builtin(&names);
+    assert_true(n >= 40);
+    for (size_t i = 0; i < n; i++) {
+        char host[300];
+        const char *base = names[i][0] == '*' ? names[i] + 2 : NULL;
+        snprintf(host, sizeof(host), "%s%s", base != NULL ? "cache7-fra2." : "",
+                 base != NULL ? base : names[i]);
+        struct admit_case c = {NOLISTS, host, STEAM_UA, true, ADMIT_R_OK, "steam"};
+        for (size_t k = 0; k < ARRAY_SIZE(http_kinds); k++)
+            run_case(&c, http_kinds[k]);
+        c.allow = false;
+        c.reason = ADMIT_R_UNLISTED;
+        c.ident = NULL;
+        run_case(&c, ADMIT_TLS);
+        c.ua = "Mozilla/5.0";
+        run_case(&c, ADMIT_REQUEST);
+        c.ua = STEAM_UA;
+        c.rules = OFF;
+        run_case(&c, ADMIT_REQUEST);
+        if (base != NULL) { /* a wildcard covers subdomains only */
+            struct admit_case bare = {NOLISTS, base, STEAM_UA, false, ADMIT_R_UNLISTED, NULL};
+            if (!admit_is_steam_host(&(struct config){0}, base))
+                run_case(&bare, ADMIT_REQUEST);
+        } else { /* an exact name covers itself only: under allow_unlisted, its own name */
+            char sub[320];
+            snprintf(sub, sizeof(sub), "x.%s", names[i]);
+            struct admit_case below = {OPEN, sub, STEAM_UA, true, ADMIT_R_OK, sub};
+            if (!admit_is_steam_host(&(struct config){0}, sub))
+                run_case(&below, ADMIT_REQUEST);
+        }
+    }
+}
+
+/* Another customer's name under the CDN domain of a built-in host, a look-alike, or an unrelated
+ * host: never "steam" under yes (403 with allow_unlisted = no, its own name with yes); any of
+ * them "steam" under any, even a listed host of another service. */
+static void test_admit_steam_agent_on_other_hosts_only_under_any(void **state)
+{
+    (void)state;
+    static const char *const others[] = {
+        "f3b7q2p4.ssl.hwcdn.net",
+        "ssl.hwcdn.net",
+        "other.akamaized.net",
+        "akamaized.net",
+        "x.akamaihd.net",
+        "steampipe.akamaized.net.evil.com",
+        "evil-steampipe.akamaized.net",
+        "www.example.org",
+        "steam.qtlglb.com",
+        "comcast.net",
+        "valve.net",
+        "steamstatic.com",
+    };
+    static const struct rules YES = {false, false, CFG_STEAM_UA_YES, true};
+    static const struct rules YES_OPEN = {false, true, CFG_STEAM_UA_YES, true};
+    static const struct rules ANY = {false, false, CFG_STEAM_UA_ANY, true};
+    for (size_t i = 0; i < ARRAY_SIZE(others); i++) {
+        struct admit_case no = {YES, others[i], STEAM_UA, false, ADMIT_R_UNLISTED, NULL};
+        run_case(&no, ADMIT_REQUEST);
+        struct admit_case own = {YES_OPEN, others[i], STEAM_UA, true, ADMIT_R_OK, others[i]};
+        run_case(&own, ADMIT_REQUEST);
+        struct admit_case any = {ANY, others[i], STEAM_UA, true, ADMIT_R_OK, "steam"};
+        run_case(&any, ADMIT_REQUEST);
+        run_case(&any, ADMIT_PURGE);
+        struct admit_case any_tls = {ANY, others[i], STEAM_UA, false, ADMIT_R_UNLISTED, NULL};
+        run_case(&any_tls, ADMIT_TLS);
+        struct admit_case any_no_ua = {ANY, others[i], "curl/8", false, ADMIT_R_UNLISTED, NULL};
+        run_case(&any_no_ua, ADMIT_REQUEST);
+    }
+    /* any: the agent comes before the lists (lancache's map); yes: the lists first */
+    static const struct admit_case cases[] = {
+        {ANY, "level3.blizzard.com", STEAM_UA, true, ADMIT_R_OK, "steam"},
+        {ANY, "level3.blizzard.com", NULL, true, ADMIT_R_OK, "blizzard"},
+        {YES, "level3.blizzard.com", STEAM_UA, true, ADMIT_R_OK, "blizzard"},
+        /* the IP-literal rule stays first */
+        {ANY, "10.1.2.3", STEAM_UA, false, ADMIT_R_IP_LITERAL, NULL},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+        run_case(&cases[i], ADMIT_REQUEST);
+}
+
+/* steam_hosts adds names and wildcards to the built-in list. */
+static void test_admit_steam_hosts_extend_the_builtin_list(void **state)
+{
+    (void)state;
+    static const struct rules YES = {false, false, CFG_STEAM_UA_YES, false};
+    g_steam_hosts[0] = "mirror.example.net";
+    g_steam_hosts[1] = "*.steam.example.org";
+    g_n_steam_hosts = 2;
+    static const struct admit_case cases[] = {
+        {YES, "mirror.example.net", STEAM_UA, true, ADMIT_R_OK, "steam"},
+        {YES, "a.steam.example.org", STEAM_UA, true, ADMIT_R_OK, "steam"},
+        {YES, "steam.example.org", STEAM_UA, false, ADMIT_R_UNLISTED, NULL},
+        {YES, "x.mirror.example.net", STEAM_UA, false, ADMIT_R_UNLISTED, NULL},
+        {YES, "mirror.example.net", "curl/8", false, ADMIT_R_UNLISTED, NULL},
+        {YES, "cache1.steamcontent.com", STEAM_UA, true, ADMIT_R_OK, "steam"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+        run_case(&cases[i], ADMIT_REQUEST);
+    g_n_steam_hosts = 0;
+    static const struct admit_case gone = {YES,   "mirror.example.net", STEAM_UA,
+                                           false, ADMIT_R_UNLISTED,     NULL};
+    run_case(&gone, ADMIT_REQUEST);
+}
+
+/* The agent is found anywhere in the field, case-sensitively, within its length. */
+static void test_admit_steam_agent_variants(void **state)
+{
+    (void)state;
+    static const struct rules YES = {false, false, CFG_STEAM_UA_YES, false};
+    static const char with_nul[] = "x\0Valve/Steam HTTP Client 1.0";
+    struct config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.steam_user_agent = CFG_STEAM_UA_YES;
+    struct h1_authority auth;
+    assert_int_equal(h1_authority_parse("c.steamcontent.com", 18, &auth), 0);
+    struct admit_result res;
+    admit_host(&cfg, NULL, &auth, with_nul, sizeof(with_nul) - 1, ADMIT_REQUEST, &res);
+    assert_true(res.allow);
+    admit_host(&cfg, NULL, &auth, DOMAINS_STEAM_UA, sizeof(DOMAINS_STEAM_UA) - 2, ADMIT_REQUEST,
+               &res);
+    assert_false(res.allow);
+    static const struct admit_case cases[] = {
+        {YES, "c.steamcontent.com", "Mozilla/5.0 Valve/Steam HTTP Client 1.0 (c)", true, ADMIT_R_OK,
+         "steam"},
+        {YES, "c.steamcontent.com", DOMAINS_STEAM_UA, true, ADMIT_R_OK, "steam"},
+        {YES, "c.steamcontent.com", "Valve/Steam HTTP Client 1.1", false, ADMIT_R_UNLISTED, NULL},
+        {YES, "c.steamcontent.com", "valve/steam http client 1.0", false, ADMIT_R_UNLISTED, NULL},
+        {YES, "c.steamcontent.com", "", false, ADMIT_R_UNLISTED, NULL},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+        run_case(&cases[i], ADMIT_REQUEST);
+}
+
 static void test_admit_reason_names(void **state)
 {
     (void)state;
@@ -229,6 +381,10 @@ int main(void)
         cmocka_unit_test(test_admit_unlisted_host_named_like_a_service_gets_a_dotted_identifier),
         cmocka_unit_test(test_admit_steam_user_agent_rule_for_http_kinds_never_for_tls),
         cmocka_unit_test(test_admit_former_differences_now_answer_alike),
+        cmocka_unit_test(test_admit_every_builtin_steam_host_is_steam),
+        cmocka_unit_test(test_admit_steam_agent_on_other_hosts_only_under_any),
+        cmocka_unit_test(test_admit_steam_hosts_extend_the_builtin_list),
+        cmocka_unit_test(test_admit_steam_agent_variants),
         cmocka_unit_test(test_admit_reason_names),
     };
     return cmocka_run_group_tests(tests, sample_setup, sample_teardown);

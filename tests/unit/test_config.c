@@ -640,6 +640,49 @@ static void test_config_dns_system_alone(void **state)
     config_free(&cfg);
 }
 
+static void test_config_steam_user_agent_and_steam_hosts(void **state)
+{
+    (void)state;
+    struct config *cfg = load_ok("[domains]\nsteam_user_agent = any\n");
+    assert_int_equal(cfg->steam_user_agent, CFG_STEAM_UA_ANY);
+    assert_int_equal(cfg->n_steam_hosts, 0);
+    config_free(&cfg);
+    cfg = load_ok("[domains]\nsteam_user_agent = No\n"
+                  "steam_hosts = Mirror.Example.NET. *.steam.example.org,\n"
+                  "  mirror.example.net x-y.example.org\n");
+    assert_int_equal(cfg->steam_user_agent, CFG_STEAM_UA_NO);
+    assert_int_equal(cfg->n_steam_hosts, 3); /* lowercased, trailing dot cut, once each */
+    assert_string_equal(cfg->steam_hosts[0], "mirror.example.net");
+    assert_string_equal(cfg->steam_hosts[1], "*.steam.example.org");
+    assert_string_equal(cfg->steam_hosts[2], "x-y.example.org");
+    config_free(&cfg);
+    load_err("[domains]\nsteam_user_agent = maybe\n",
+             "t.ini:2: [domains] steam_user_agent: 'maybe' is not yes, no or any");
+    load_err("[domains]\nsteam_hosts = *.net\n",
+             "t.ini:2: [domains] steam_hosts: '*.net' would cover a whole top-level domain");
+    load_err("[domains]\nsteam_hosts = localhost\n",
+             "t.ini:2: [domains] steam_hosts: 'localhost' needs at least two labels (a host "
+             "name, not a top-level domain)");
+    static const char *const bad[] = {"*",
+                                      "*.",
+                                      "a.*.example.org",
+                                      "**.example.org",
+                                      "a..example.org",
+                                      ".example.org",
+                                      "a/b.example.org",
+                                      "-a.example.org",
+                                      "example.org:80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "[domains]\nsteam_hosts = %s\n", bad[i]);
+        cfg = (struct config *)1;
+        char err[512] = "";
+        assert_int_equal(config_load_string("t.ini", text, &cfg, err, sizeof(err)), -1);
+        if (strstr(err, "is not a host name") == NULL)
+            fail_msg("%s: %s", bad[i], err);
+    }
+}
+
 static void test_config_list_max_entries_accepted(void **state)
 {
     char text[1024];
@@ -1175,6 +1218,7 @@ int main(void)
         cmocka_unit_test(test_config_list_multiline_appends),
         cmocka_unit_test(test_config_list_repeat_appends_and_replaces_default),
         cmocka_unit_test(test_config_dns_system_alone),
+        cmocka_unit_test(test_config_steam_user_agent_and_steam_hosts),
         cmocka_unit_test(test_config_list_max_entries_accepted),
         cmocka_unit_test(test_config_error_unknown_key_line),
         cmocka_unit_test(test_config_error_unknown_section_line),

@@ -27,7 +27,6 @@
 #include "util.h"
 
 #define SAMPLE_DIR "conf/cache-domains"
-#define STEAM_UA "Valve/Steam HTTP Client 1.0 (4)"
 
 /* ---- allocation counter ---- */
 
@@ -236,26 +235,17 @@ static void test_domains_cache_identifier(void **state)
     char own[16];
 
     (void)state;
-    /* listed: the service, whatever allow_unlisted says */
-    assert_string_equal(domains_cache_identifier(g_sample, "level3.blizzard.com",
-                                                 "level3.blizzard.com", NULL, 0, true, false, own,
-                                                 sizeof(own)),
-                        "blizzard");
     /* unlisted: 403 (NULL), or its own authority */
-    assert_null(domains_cache_identifier(g_sample, "example.org", "example.org", NULL, 0, true,
-                                         false, own, sizeof(own)));
-    assert_string_equal(domains_cache_identifier(g_sample, "example.org", "example.org:8080", NULL,
-                                                 0, true, true, own, sizeof(own)),
-                        "example.org:8080");
+    assert_null(domains_cache_identifier(g_sample, "example.org", false, own, sizeof(own)));
+    assert_string_equal(
+        domains_cache_identifier(g_sample, "example.org:8080", true, own, sizeof(own)),
+        "example.org:8080");
     /* unlisted and named like a service: never the service's keys */
-    assert_string_equal(
-        domains_cache_identifier(g_sample, "riot", "riot", NULL, 0, true, true, own, sizeof(own)),
-        "riot.");
-    assert_string_equal(
-        domains_cache_identifier(NULL, "steam", "steam", NULL, 0, true, true, own, sizeof(own)),
-        "steam.");
+    assert_string_equal(domains_cache_identifier(g_sample, "riot", true, own, sizeof(own)),
+                        "riot.");
+    assert_string_equal(domains_cache_identifier(NULL, "steam", true, own, sizeof(own)), "steam.");
     /* no room for the dot: refused rather than shared */
-    assert_null(domains_cache_identifier(g_sample, "riot", "riot", NULL, 0, true, true, own, 5));
+    assert_null(domains_cache_identifier(g_sample, "riot", true, own, 5));
 }
 
 static void test_domains_match_exact_names(void **state)
@@ -375,83 +365,6 @@ static void test_domains_match_most_specific_then_first_service(void **state)
     assert_int_equal(names, 4);
     domains_free(&d);
     assert_null(d);
-}
-
-/* ---- identify and the Steam rule ---- */
-
-static void test_domains_identify_list_match_first(void **state)
-{
-    (void)state;
-    assert_string_equal(
-        domains_identify(g_sample, "level3.blizzard.com", STEAM_UA, strlen(STEAM_UA), true),
-        "blizzard");
-    assert_string_equal(domains_identify(g_sample, "lancache.steamcontent.com", NULL, 0, false),
-                        "steam");
-    assert_null(domains_identify(g_sample, "example.com", NULL, 0, true));
-}
-
-static void test_domains_identify_steam_ua_inside_steamcontent(void **state)
-{
-    (void)state;
-    assert_string_equal(
-        domains_identify(NULL, "cache1-fra1.steamcontent.com", STEAM_UA, strlen(STEAM_UA), true),
-        "steam");
-    assert_string_equal(
-        domains_identify(NULL, "a.b.steamcontent.com", STEAM_UA, strlen(STEAM_UA), true), "steam");
-    /* The bare domain is not admitted by the rule (subdomains only, like "*.steamcontent.com"). */
-    assert_null(domains_identify(NULL, "steamcontent.com", STEAM_UA, strlen(STEAM_UA), true));
-}
-
-static void test_domains_identify_steam_ua_outside_steamcontent_refused(void **state)
-{
-    static const char *const hosts[] = {
-        "evilsteamcontent.com",
-        "xsteamcontent.com",
-        "steamcontent.com.evil.net",
-        "example.com",
-        "internal.lan",
-        "127.0.0.1",
-        "localhost",
-        ".steamcontent.com",
-        "a..steamcontent.com",
-        "a.steamcontent.com.",
-        "A.STEAMCONTENT.COM",
-    };
-
-    (void)state;
-    for (size_t i = 0; i < ARRAY_SIZE(hosts); i++) {
-        assert_null(domains_identify(NULL, hosts[i], STEAM_UA, strlen(STEAM_UA), true));
-        assert_null(domains_identify(g_sample, hosts[i], STEAM_UA, strlen(STEAM_UA), true));
-    }
-    assert_null(domains_identify(NULL, NULL, STEAM_UA, strlen(STEAM_UA), true));
-}
-
-static void test_domains_identify_steam_rule_off_refused(void **state)
-{
-    (void)state;
-    assert_null(
-        domains_identify(NULL, "cache1-fra1.steamcontent.com", STEAM_UA, strlen(STEAM_UA), false));
-}
-
-static void test_domains_identify_user_agent_variants(void **state)
-{
-    static const char mid[] = "Mozilla/5.0 Valve/Steam HTTP Client 1.0 (client)";
-    static const char with_nul[] = "x\0Valve/Steam HTTP Client 1.0";
-    const char *host = "c.steamcontent.com";
-
-    (void)state;
-    assert_string_equal(domains_identify(NULL, host, mid, strlen(mid), true), "steam");
-    assert_string_equal(
-        domains_identify(NULL, host, DOMAINS_STEAM_UA, strlen(DOMAINS_STEAM_UA), true), "steam");
-    /* ua_len bounds the search: the header need not be NUL-terminated. */
-    assert_string_equal(domains_identify(NULL, host, with_nul, sizeof(with_nul) - 1, true),
-                        "steam");
-    assert_null(domains_identify(NULL, host, STEAM_UA, strlen(DOMAINS_STEAM_UA) - 1, true));
-    assert_null(domains_identify(NULL, host, "Valve/Steam HTTP Client 1.1", 27, true));
-    assert_null(domains_identify(NULL, host, "valve/steam http client 1.0", 27, true));
-    assert_null(domains_identify(NULL, host, "curl/8.0", 8, true));
-    assert_null(domains_identify(NULL, host, NULL, 0, true));
-    assert_null(domains_identify(NULL, host, "", 0, true));
 }
 
 static void test_domains_counts_null_is_zero(void **state)
@@ -1255,7 +1168,7 @@ static void test_domains_match_10k_names_1m_lookups_no_alloc(void **state)
 
     allocs = g_allocs;
     for (size_t i = 0; i < BIG_MATCHES; i++) {
-        if (domains_identify(d, hosts[i % ARRAY_SIZE(hosts)], STEAM_UA, strlen(STEAM_UA), true))
+        if (domains_match(d, hosts[i % ARRAY_SIZE(hosts)]) != NULL)
             hits++;
     }
     assert_int_equal(g_allocs, allocs);
@@ -1277,11 +1190,6 @@ int main(void)
         cmocka_unit_test(test_domains_match_null_domains_no_match),
         cmocka_unit_test_setup_teardown(test_domains_match_most_specific_then_first_service,
                                         tmp_setup, tmp_teardown),
-        cmocka_unit_test(test_domains_identify_list_match_first),
-        cmocka_unit_test(test_domains_identify_steam_ua_inside_steamcontent),
-        cmocka_unit_test(test_domains_identify_steam_ua_outside_steamcontent_refused),
-        cmocka_unit_test(test_domains_identify_steam_rule_off_refused),
-        cmocka_unit_test(test_domains_identify_user_agent_variants),
         cmocka_unit_test(test_domains_counts_null_is_zero),
         cmocka_unit_test_setup_teardown(test_domains_load_list_normalises_entries, tmp_setup,
                                         tmp_teardown),
