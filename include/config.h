@@ -30,6 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <regex.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #define CONFIG_MAX_ADDRS 16 /* per address list (listen, passthrough_listen, dns) */
@@ -59,6 +61,40 @@ enum cfg_access_format { CFG_ACCESS_CACHELOG = 0, CFG_ACCESS_JSON };
  */
 enum cfg_steam_ua { CFG_STEAM_UA_NO = 0, CFG_STEAM_UA_YES, CFG_STEAM_UA_ANY };
 #define CONFIG_MAX_STEAM_HOSTS 64 /* [domains] steam_hosts entries */
+
+/*
+ * [rules]: per-path policies. One key per rule, named by the rule:
+ *     NAME = POLICY WHERE PATTERN      a new rule, or a built-in replaced
+ *     NAME = POLICY                    a built-in with another policy
+ *     NAME = off                       a rule switched off
+ * POLICY: bypass (forwarded, never stored or served from the cache: lancache's
+ * proxy_cache_bypass + proxy_no_cache), revalidate (reserved: refused until the request path
+ * that asks the origin first with the stored validators exists), hide_etag (cached; the origin's
+ * ETag is neither stored nor sent, as lancache's proxy_hide_header ETag). WHERE: "*" (every
+ * request), a service name (no dot: the cache identifier, any case) or a host ("a.b", or "*.a.b"
+ * for its subdomains). PATTERN, matched against the path without the query, as nginx's location
+ * forms: "=PATH" exactly, "~RE" / "~*RE" a POSIX extended regex (regex(7); "~*" ignores case) found
+ * anywhere in the path, else a prefix that starts with "/". The first rule that applies decides:
+ * the INI's own rules in file order, then the built-ins (config_rules.c) in their order. NAME: 1-48
+ * characters of [a-z0-9_-], any case.
+ */
+#define CONFIG_MAX_RULES 64
+#define CONFIG_RULE_NAME_MAX 48
+enum cfg_rule_policy { CFG_RULE_OFF = 0, CFG_RULE_BYPASS, CFG_RULE_REVALIDATE, CFG_RULE_HIDE_ETAG };
+enum cfg_rule_path { CFG_PATH_PREFIX = 0, CFG_PATH_EXACT, CFG_PATH_REGEX };
+
+struct cfg_rule {
+    char name[CONFIG_RULE_NAME_MAX + 1]; /* lowercase */
+    enum cfg_rule_policy policy;         /* CFG_RULE_OFF: switched off, never applies */
+    char where[CONFIG_HOST_MAX + 2];     /* "*", a service name, "a.b" or "*.a.b" (lowercase) */
+    enum { CFG_WHERE_ANY = 0, CFG_WHERE_SERVICE, CFG_WHERE_HOST } where_kind;
+    char *pattern; /* owns: as written ("/p", "=/p", "~re", "~*re") */
+    enum cfg_rule_path kind;
+    size_t skip;  /* bytes of <pattern> before the path or regex ("=", "~", "~*") */
+    regex_t *re;  /* owns: CFG_PATH_REGEX compiled (REG_EXTENDED | REG_NOSUB [| REG_ICASE]) */
+    bool builtin; /* one of the built-in defaults (possibly changed by the INI) */
+    int line;     /* INI line that set it; 0: as built in */
+};
 
 struct config {
     char *path; /* the file it was loaded from */
@@ -107,6 +143,10 @@ struct config {
      * trailing dot, each once; added to admit.c's built-in list of Steam content hosts */
     char *steam_hosts[CONFIG_MAX_STEAM_HOSTS];
     size_t n_steam_hosts;
+
+    /* [rules]: the INI's rules first (file order), then the built-ins */
+    struct cfg_rule rules[CONFIG_MAX_RULES];
+    size_t n_rules;
 
     /* [tls] */
     struct cfg_addr tls_listen[CONFIG_MAX_ADDRS];
@@ -172,5 +212,20 @@ int config_parse_duration(const char *s, uint64_t *out_ms); /* "10s", "250ms", "
 int config_parse_bool(const char *s, bool *out);            /* yes/no true/false on/off 1/0 */
 int config_parse_addr(const char *s, struct cfg_addr *out); /* numeric "1.2.3.4:80", "[::1]:80" */
 int config_parse_hostport(const char *s, uint16_t default_port, struct cfg_hostport *out);
+
+/*
+ * The rule that applies to a request for <path>[0..path_len) (without the query; "" means "/")
+ * of host <host> (lowercase, no port) under cache identifier <ident>, or NULL (the first
+ * enabled rule that matches, see [rules] above). Allocation-free; regexec is reentrant.
+ */
+const struct cfg_rule *config_rule_for(const struct config *cfg, const char *ident,
+                                       const char *host, const char *path, size_t path_len);
+
+/* The name of <p>: "off", "bypass", "revalidate", "hide_etag". */
+const char *config_rule_policy_name(enum cfg_rule_policy p);
+
+/* For `cacheparty -t`: one line per rule, in the order they are tried: "rule NAME: POLICY WHERE
+ * PATTERN (built in|FILE:LINE[, built in])". */
+void config_rules_print(const struct config *cfg, FILE *out);
 
 #endif

@@ -66,6 +66,7 @@ struct fwd_resp_opts {
                                  NULL: none. The origin's own Date is always passed on. */
     bool send_age;            /* an answer kept by the cache: the origin's Age is replaced by */
     int64_t age;              /* this one (RFC 9111 §4.2.3) */
+    bool hide_etag;           /* a hide_etag rule: the origin's ETag is not passed on */
 };
 
 /*

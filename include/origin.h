@@ -27,6 +27,7 @@ struct origin_req {
     const char *fields; /* the client's fields a fill forwards (fwd_fill_fields: "Name: value\r\n"
                            lines, at most FWD_FILL_FIELDS_MAX bytes), may be NULL */
     size_t fields_len;
+    bool hide_etag; /* a hide_etag rule (config.h): the ETag is not stored, nor compared */
 };
 
 /* A copy of <o> in one allocation (strings NUL-terminated): free() it. */

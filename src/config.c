@@ -21,6 +21,7 @@
  *   truncation. First error wins; its message is "FILE:LINE: ..." (LINE 0 = whole file).
  */
 #include "config.h"
+#include "config_int.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -1046,6 +1047,14 @@ static int on_ini_key(void *user, const char *section, const char *name, const c
 
     if (ctx->failed)
         return 1; /* the first error is the one reported */
+    if (strcasecmp(section, "rules") == 0) {
+        int first = 0;
+        if (config_rule_set(ctx->cfg, name, value, ctx->line, &first, msg, sizeof(msg)) != 0) {
+            fail_at(ctx, ctx->line, "[rules] %s", msg);
+            return 0;
+        }
+        return 1;
+    }
     k = find_key(section, name);
     if (k == ARRAY_SIZE(cfg_keys)) {
         fail_at(ctx, ctx->line, "unknown key '%s' in section [%s]%s", name, section,
@@ -1075,6 +1084,7 @@ static void apply_defaults(struct config *cfg)
 {
     char msg[CONFIG_MSG_MAX];
 
+    config_rules_defaults(cfg);
     for (size_t i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
         int rc = cfg_keys[i].parse(cfg, &cfg_keys[i], cfg_keys[i].def, false, msg, sizeof(msg));
         ASSERT(rc == 0);
@@ -1265,6 +1275,7 @@ void config_free(struct config **cfg)
         free(c->dirs[i]);
     for (size_t i = 0; i < c->n_steam_hosts; i++)
         free(c->steam_hosts[i]);
+    config_rules_free(c);
     free(c->cache_domains);
     free(c->tls_access);
     free(c->access_log);

@@ -202,9 +202,9 @@ static void log_access(struct conn *c)
     if (c->proxied) {
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
         if (!c->local_resp)
-            e.cache_status = c->force                              ? "BYPASS" /* ?nocache= */
+            e.cache_status = c->force || c->bypass ? "BYPASS" /* ?nocache=, rules, Authorization */
                              : c->cached && !conn_cache_is_miss(c) ? "HIT"
-                                                                   : "MISS"; /* Authorization */
+                                                                   : "MISS";
     }
     e.status = c->status;
     e.bytes = c->body_bytes;
@@ -380,7 +380,13 @@ static void handle_request(struct conn *c)
         return;
     }
     c->ident = c->adm.ident;
-    c->bypass = h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
+    /* [rules] (config.h): the first that applies to the identifier, host and path */
+    c->rule =
+        config_rule_for(g_cfg, c->ident, c->auth.host, h + req->path_only.off, req->path_only.len);
+    enum cfg_rule_policy policy = c->rule != NULL ? c->rule->policy : CFG_RULE_OFF;
+    c->hide_etag = policy == CFG_RULE_HIDE_ETAG;
+    c->bypass = policy == CFG_RULE_BYPASS ||
+                h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
     c->proxied = true;
     conn_respond(c,
                  c->bypass || c->ctx->cache == NULL ? &conn_pass_responder : &conn_cache_responder);

@@ -140,6 +140,7 @@ static void origin_of(struct conn *c, struct origin_req *o)
     }
     o->processed_by = processed_by(c, &o->processed_by_len);
     o->fields = fill_fields(c, &o->fields_len);
+    o->hide_etag = c->hide_etag;
 }
 
 /* Lets go of the current chunk, and of any wait on it (a wake may still be pending). */
@@ -322,7 +323,7 @@ static enum precond_outcome preconditions(const struct conn *c, const struct cac
     r.has_range = has_range;
     int64_t now = (int64_t)ev_now(c->ctx->loop);
     /* (the stored Date was parsed once, when the head was made) */
-    struct precond_stored st = {m->etag, m->last_modified, m->head != NULL,
+    struct precond_stored st = {c->hide_etag ? "" : m->etag, m->last_modified, m->head != NULL,
                                 m->head != NULL ? m->head->date_value : 0};
     return precond_evaluate(&r, &st, now);
 }
@@ -510,7 +511,7 @@ static bool head_step(struct conn *c)
     h.total = m->total;
     h.start = 0;
     h.end = m->total - 1;
-    h.etag = m->etag;
+    h.etag = c->hide_etag ? "" : m->etag; /* (stored before the rule applied) */
     h.last_modified = m->last_modified;
     h.content_type = m->content_type;
     h.head = m->head;

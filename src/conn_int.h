@@ -98,10 +98,12 @@ struct conn {
     const char *ident;       /* cache identifier: adm.ident (see admit.h) */
     bool head_req;
     bool keep_alive; /* keep the connection after this response */
-    bool bypass;
-    bool proxied;    /* went (or was going) upstream: has an identifier */
-    bool logged;     /* the access log line is written */
-    bool local_resp; /* answered by the proxy itself (cache status "-") */
+    bool bypass;     /* forwarded uncached: a bypass rule or Authorization (BYPASS) */
+    bool hide_etag;  /* a hide_etag rule: the origin's ETag is neither stored nor sent */
+    const struct cfg_rule *rule; /* the [rules] rule that applies (borrowed from g_cfg), or NULL */
+    bool proxied;                /* went (or was going) upstream: has an identifier */
+    bool logged;                 /* the access log line is written */
+    bool local_resp;             /* answered by the proxy itself (cache status "-") */
     int status;
     enum fwd_body body; /* pass: framing towards the client */
     uint64_t body_bytes;

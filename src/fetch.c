@@ -132,6 +132,7 @@ struct fetch {
     double ans_at;  /* when the head of f->ans arrived (RFC 9111 response_time) */
     bool has_query; /* the path asked has a query: its answers are never kept (anstore.h) */
     bool followed;  /* a redirect was followed: the answer is the target's, never kept */
+    bool hide_etag; /* a hide_etag rule (config.h): the origin's ETag is not part of the meta */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -627,7 +628,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     CHECK_OBJ(f, FETCH_MAGIC);
     struct cache_meta m;
     memset(&m, 0, sizeof(m));
-    bool meta_fits = header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
+    bool meta_fits = f->hide_etag || header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     meta_fits &= header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
     meta_fits &= header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
     uint64_t pos = f->pos;
@@ -1149,6 +1150,7 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     build_head(f, o);
     f->authority = xstrdup(o->authority);
     f->has_query = memchr(o->path, '?', o->path_len) != NULL;
+    f->hide_etag = o->hide_etag;
     if (o->user_agent != NULL)
         f->ua = xstrndup(o->user_agent, o->ua_len);
     if (o->processed_by != NULL)
@@ -1194,6 +1196,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->authority = xstrdup(src->authority);
     f->has_query = src->has_query;
     f->followed = src->followed; /* (its request may be a redirect target's) */
+    f->hide_etag = src->hide_etag;
     f->port = src->port;
     f->req_pre = xstrdup(src->req_pre);
     f->req_post = xstrdup(src->req_post);

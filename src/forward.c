@@ -226,7 +226,8 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
         if (name_is(rbuf, f, "Content-Length") && !keep_cl_field)
             continue;
         if (name_is(rbuf, f, "X-LanCache-Processed-By") ||
-            name_is(rbuf, f, "X-Upstream-Cache-Status") || (o->send_age && name_is(rbuf, f, "Age")))
+            name_is(rbuf, f, "X-Upstream-Cache-Status") ||
+            (o->send_age && name_is(rbuf, f, "Age")) || (o->hide_etag && name_is(rbuf, f, "ETag")))
             continue;
         put_field(&w, rbuf, f);
     }

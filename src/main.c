@@ -422,6 +422,7 @@ int main(int argc, char **argv)
         if (skipped > 0)
             printf(", %zu malformed lines skipped", skipped);
         printf("\n");
+        config_rules_print(cfg, stdout);
         domains_free(&doms);
         config_free(&cfg);
         return 0;

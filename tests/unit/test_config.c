@@ -683,6 +683,137 @@ static void test_config_steam_user_agent_and_steam_hosts(void **state)
     }
 }
 
+/* Which rule (by name) applies to <ident>, <host>, <path>; "" for none. */
+static const char *rule_of(const struct config *cfg, const char *ident, const char *host,
+                           const char *path)
+{
+    const struct cfg_rule *r = config_rule_for(cfg, ident, host, path, strlen(path));
+    return r != NULL ? r->name : "";
+}
+
+/* The built-ins translate lancache's locations exactly (its regexes, prefix, exact path). */
+static void test_config_rules_builtins_match_as_lancache(void **state)
+{
+    (void)state;
+    struct config *cfg = load_ok("");
+    assert_int_equal(cfg->n_rules, 6);
+    static const struct {
+        const char *ident, *path, *want;
+    } cases[] = {
+        {"riot", "/releases/live/releaselisting_EUW", "lol-releaselisting"},
+        {"x", "/a/releaselisting_", "lol-releaselisting"},
+        {"riot", "xreleaselisting_", "lol-releaselisting"}, /* ^.+: one byte before */
+        {"riot", "releaselisting_x", ""},
+        {"riot", "/releaselisting", ""},
+        {"riot", "/releases/live/projects/lol_game_client/releases/0.0.1.7/version", "lol-version"},
+        {"riot", "/projects/x.version", "lol-version"},
+        {"riot", "/version", ""},       /* ^.+.version$: two bytes before */
+        {"riot", "/x.version.bak", ""}, /* $: at the end */
+        {"riot", "/X.VERSION", ""},     /* case-sensitive, as ~ */
+        {"arenanet", "/latest64", "gw2-latest64"},
+        {"arenanet", "/latest64/x", "gw2-latest64"},
+        {"arenanet", "/latest6", ""},
+        {"arenanet", "/a/latest64", ""}, /* a prefix, from the start */
+        {"wsus", "/msdownload/update/v3/static/trustedr/en/authrootstl.cab", "wu-trust-lists"},
+        {"wsus", "/x/PinRulesSTL.CAB", "wu-trust-lists"}, /* ~*: any case */
+        {"wsus", "/disallowedcertstl.cab", "wu-trust-lists"},
+        {"wsus", "/disallowedcertstl.cab.sig", ""},
+        {"wsus", "/authrootstl_cab", "wu-trust-lists"}, /* lancache's unescaped '.' */
+        {"steam", "/server-status", "steam-server-status"},
+        {"steam", "/server-status/", ""},
+        {"steam", "/server-statusx", ""},
+        {"blizzard", "/tpr/wow/data/ab/cd/abcd", "blizzard-etag"},
+        {"Blizzard", "/", "blizzard-etag"}, /* service names in any case */
+        {"blizzard.", "/tpr/x", ""},
+        {"steam", "/depot/1/chunk/ab", ""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *got = rule_of(cfg, cases[i].ident, "h.example", cases[i].path);
+        if (strcmp(got, cases[i].want) != 0)
+            fail_msg("%s %s: rule '%s', want '%s'", cases[i].ident, cases[i].path, got,
+                     cases[i].want);
+    }
+    /* an empty path (absolute-form without one) is "/" */
+    assert_string_equal(cfg->rules[5].name, "blizzard-etag");
+    const struct cfg_rule *r = config_rule_for(cfg, "blizzard", "h.example", "", 0);
+    assert_non_null(r);
+    assert_int_equal(r->policy, CFG_RULE_HIDE_ETAG);
+    config_free(&cfg);
+}
+
+static void test_config_rules_ini_adds_changes_and_switches_off(void **state)
+{
+    (void)state;
+    struct config *cfg =
+        load_ok("[rules]\n"
+                "Lol-Version = off\n"
+                "gw2-latest64 = hide_etag\n"
+                "my-manifest = bypass *.cdn.example.net ~*/manifest[0-9]+\\.json$\n"
+                "exact = hide_etag files.example.org =/a b\n"
+                "svc = bypass epicgames /Builds/\n"
+                "blizzard-etag = bypass blizzard =/tpr/x\n");
+    assert_int_equal(cfg->n_rules, 9);
+    /* the INI's new rules first, in file order, then the built-ins in theirs */
+    assert_string_equal(cfg->rules[0].name, "my-manifest");
+    assert_string_equal(cfg->rules[1].name, "exact");
+    assert_string_equal(cfg->rules[2].name, "svc");
+    assert_string_equal(cfg->rules[3].name, "lol-releaselisting");
+    assert_int_equal(cfg->rules[4].policy, CFG_RULE_OFF);
+    assert_int_equal(cfg->rules[4].line, 2);
+    assert_int_equal(cfg->rules[5].policy, CFG_RULE_HIDE_ETAG);
+    assert_string_equal(cfg->rules[5].pattern, "/latest64"); /* kept */
+    assert_string_equal(rule_of(cfg, "riot", "h.example", "/x.version"), "");
+    assert_string_equal(rule_of(cfg, "x", "a.cdn.example.net", "/y/MANIFEST12.json"),
+                        "my-manifest");
+    assert_string_equal(rule_of(cfg, "x", "cdn.example.net", "/manifest1.json"), "");
+    assert_string_equal(rule_of(cfg, "x", "a.cdn.example.net", "/manifest1xjson"), "");
+    assert_string_equal(rule_of(cfg, "x", "files.example.org", "/a b"), "exact");
+    assert_string_equal(rule_of(cfg, "x", "a.files.example.org", "/a b"), "");
+    assert_string_equal(rule_of(cfg, "epicgames", "h.example", "/Builds/x"), "svc");
+    assert_string_equal(rule_of(cfg, "epicgames", "h.example", "/builds/x"), "");
+    assert_string_equal(rule_of(cfg, "blizzard", "h.example", "/tpr/x"), "blizzard-etag");
+    assert_int_equal(cfg->rules[8].policy, CFG_RULE_BYPASS);
+    assert_string_equal(rule_of(cfg, "blizzard", "h.example", "/tpr/y"), "");
+    config_free(&cfg);
+}
+
+static void test_config_rules_errors_name_the_line(void **state)
+{
+    (void)state;
+    load_err("[rules]\nx = bypass\n",
+             "t.ini:2: [rules] rule x: no such built-in rule; a new rule is POLICY WHERE PATTERN");
+    load_err("[rules]\nx = cache * /a\n",
+             "t.ini:2: [rules] rule x: 'cache' is not a policy (bypass, revalidate, hide_etag or "
+             "off)");
+    load_err("[rules]\nx = bypass * a\n",
+             "t.ini:2: [rules] rule x: 'a' is not a path pattern (/PREFIX, =PATH, ~REGEX or "
+             "~*REGEX)");
+    load_err("[rules]\nx = bypass *\n", "t.ini:2: [rules] rule x: no path pattern after '*'");
+    { /* the message after the pattern is regerror's (the C library's words) */
+        struct config *cfg = (struct config *)1;
+        char err[512] = "";
+        assert_int_equal(
+            config_load_string("t.ini", "[rules]\nx = bypass * ~(a\n", &cfg, err, sizeof(err)), -1);
+        assert_null(cfg);
+        assert_true(strncmp(err, "t.ini:2: [rules] rule x: '(a': ", 31) == 0);
+    }
+    load_err("[rules]\nx = bypass a..b /a\n",
+             "t.ini:2: [rules] rule x: 'a..b' is not *, a service name or a host name (a.b or "
+             "*.a.b)");
+    load_err("[rules]\nx = off * /a\n", "t.ini:2: [rules] rule x: off takes nothing after it");
+    load_err("[rules]\nlol-version = revalidate\n",
+             "t.ini:2: [rules] rule lol-version: revalidate is not available in this version "
+             "(bypass, hide_etag or off)");
+    load_err("[rules]\nx = bypass * /a\ny = bypass * /b\nX = off\n",
+             "t.ini:4: [rules] rule x: already set on line 2");
+    load_err("[rules]\nlol-version = off\nlol-version = bypass\n",
+             "t.ini:3: [rules] rule lol-version: already set on line 2");
+    load_err("[rules]\na.b = bypass * /a\n",
+             "t.ini:2: [rules] rule name 'a.b': only letters, digits, '-' and '_'");
+    load_err("[rules]\nx =\n",
+             "t.ini:2: [rules] rule x: no policy (bypass, revalidate, hide_etag or off)");
+}
+
 static void test_config_list_max_entries_accepted(void **state)
 {
     char text[1024];
@@ -1219,6 +1350,9 @@ int main(void)
         cmocka_unit_test(test_config_list_repeat_appends_and_replaces_default),
         cmocka_unit_test(test_config_dns_system_alone),
         cmocka_unit_test(test_config_steam_user_agent_and_steam_hosts),
+        cmocka_unit_test(test_config_rules_builtins_match_as_lancache),
+        cmocka_unit_test(test_config_rules_ini_adds_changes_and_switches_off),
+        cmocka_unit_test(test_config_rules_errors_name_the_line),
         cmocka_unit_test(test_config_list_max_entries_accepted),
         cmocka_unit_test(test_config_error_unknown_key_line),
         cmocka_unit_test(test_config_error_unknown_section_line),

@@ -540,7 +540,7 @@ static void test_fwd_request_head_cap_too_small_returns_zero(void **state)
 static const char *resp_head(const char *s, enum h1_method m, int minor, bool keep,
                              const char *status, enum fwd_body *body)
 {
-    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL, false, 0};
+    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL, false, 0, false};
     parse_resp(s, m);
     *body = (enum fwd_body) - 1;
     size_t n = fwd_response_head(s, &g_resp, &o, body, g_out, sizeof(g_out) - 1);
@@ -806,7 +806,7 @@ static const char cap_resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 123\r\nETag: 
 static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false};
     enum fwd_body body;
     char out[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -816,12 +816,34 @@ static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
         assert_int_equal(fwd_response_head(cap_resp, &g_resp, &o, &body, out, cap), 0);
 }
 
+/* A hide_etag rule: the origin's ETag (any case of the name) is not passed on; the rest is. */
+static void test_fwd_response_head_hide_etag_drops_only_the_etag(void **state)
+{
+    (void)state;
+    static const char resp[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                               "etag: \"v1\"\r\nX-Other: 1\r\nETag: W/\"v2\"\r\n\r\n";
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, true};
+    enum fwd_body body;
+    char out[512];
+    parse_resp(resp, H1_M_GET);
+    size_t n = fwd_response_head(resp, &g_resp, &o, &body, out, sizeof(out) - 1);
+    assert_true(n > 0);
+    out[n] = '\0';
+    assert_null(strcasestr(out, "etag"));
+    assert_non_null(strstr(out, "X-Other: 1\r\n"));
+    o.hide_etag = false;
+    n = fwd_response_head(resp, &g_resp, &o, &body, out, sizeof(out) - 1);
+    out[n] = '\0';
+    assert_non_null(strstr(out, "etag: \"v1\"\r\n"));
+    assert_non_null(strstr(out, "ETag: W/\"v2\"\r\n"));
+}
+
 /* forward.h: "writes at most <cap> bytes ... or 0 if it did not fit": a head of exactly <cap>
  * bytes fits. */
 static void test_fwd_response_head_cap_exact_fits(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false};
     enum fwd_body body;
     char out[512], want[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -970,7 +992,7 @@ static void test_fwd_local_response_carries_the_date_given(void **state)
 
 static size_t resp_head_dated(const char *s, const char *date)
 {
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date, false, 0};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date, false, 0, false};
     enum fwd_body body;
     parse_resp(s, H1_M_GET);
     size_t n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
@@ -1251,6 +1273,7 @@ int main(void)
         cmocka_unit_test(test_fwd_is_loop_other_names_are_not_loops),
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),
         cmocka_unit_test(test_fwd_cache_response_multipart_has_its_type_and_body_length),
+        cmocka_unit_test(test_fwd_response_head_hide_etag_drops_only_the_etag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""c14: per-path rules ([rules], docs/interfaces.md "Per-path rules"): lancache's never-cache
+exceptions are built in and bypass the cache (the origin is asked every time, nothing is
+stored), a user adds a rule or switches a built-in off by its name, hide_etag keeps the ETag
+out of what is stored, compared and sent (Blizzard's CDN edges send different ETags for the
+chunks of one file), and `-t` prints the rules in the order they are tried."""
+
+import os
+import re
+import signal
+import subprocess
+
+import harness as H
+
+LISTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf",
+                     "cache-domains")
+SIZE = 1000
+
+# one path per built-in bypass rule, as the games ask for them
+BUILTIN_BYPASS = [
+    ("lol-releaselisting", "l3cdn.riotgames.com", "/releases/live/releaselisting_EUW"),
+    ("lol-version", "l3cdn.riotgames.com",
+     "/releases/live/projects/lol_game_client/releases/0.0.1.7/version"),
+    ("gw2-latest64", "assetcdn.101.arenanetworks.com", "/latest64"),
+    ("wu-trust-lists", "ctldl.windowsupdate.com",
+     "/msdownload/update/v3/static/trustedr/en/authrootstl.cab"),
+    ("steam-server-status", "lancache.steamcontent.com", "/server-status"),
+]
+
+
+class Rules(H.CPTestCase):
+    def start(self, rules=None, cache=None):
+        over = {"server": {"admin_listen": "auto"},
+                "domains": {"cache_domains": LISTS, "allow_unlisted": "yes"}}
+        if rules:
+            over["rules"] = rules
+        if cache:
+            over["cache"] = cache
+        daemon = self.setup_proxy(over)
+        self.origin.handler = lambda ex: H.serve_object(ex, SIZE)
+        return daemon
+
+    def statuses(self, n):
+        lines = H.wait_until(lambda: len(self.daemon.access_lines()) >= n and
+                             self.daemon.access_lines(), 10 * H.SLOW, 0.05, "access lines")
+        return [re.search(r'"([A-Z]+|-)" "[^"]*" "[^"]*"$', x).group(1) for x in lines]
+
+    def chunks(self):
+        return self.daemon.metrics().get('cacheparty_cache_chunks{tier="memory"}', 0)
+
+    def test_each_builtin_bypass_rule_asks_the_origin_every_time(self):
+        self.start()
+        n = 0
+        for name, host, path in BUILTIN_BYPASS:
+            for _ in range(3):
+                r = self.get(path, host=host)
+                self.assertStatus(r, 200)
+                self.assertBody(r, path, total=SIZE)
+                self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS", name)
+                n += 1
+                self.assertEqual(self.origin.request_count(), n, name)
+                self.assertEqual(self.origin.last().path, path)
+        self.assertEqual(self.statuses(n), ["BYPASS"] * n)
+        self.assertEqual(self.chunks(), 0)
+        # the rules are about those paths only: their neighbours are cached as usual
+        for host, path in (("l3cdn.riotgames.com", "/releases/live/projects/x/files/a.bin"),
+                           ("assetcdn.101.arenanetworks.com", "/program/latest64"),
+                           ("lancache.steamcontent.com", "/server-status/more")):
+            self.assertBody(self.get(path, host=host), path, total=SIZE)
+            r = self.get(path, host=host)
+            self.assertBody(r, path, total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT", path)
+        self.assertEqual(self.origin.request_count(), n + 3)
+
+    def test_bypass_ignores_a_copy_stored_before_the_rule(self):
+        """A copy stored while no rule applied is never served once one does (reload)."""
+        d = self.start({"lol-version": "off"})
+        path = BUILTIN_BYPASS[1][2]
+        host = BUILTIN_BYPASS[1][1]
+        self.assertBody(self.get(path, host=host), path, total=SIZE)
+        self.assertEqual(self.get(path, host=host).header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), 1)
+        with open(d.ini) as f:
+            text = f.read()
+        with open(d.ini, "w") as f:
+            f.write(text.replace("lol-version = off\n", ""))
+        d.signal(signal.SIGHUP)
+        H.wait_until(lambda: "configuration reloaded" in d.log(), 10 * H.SLOW, 0.05, "reload")
+        r = self.get(path, host=host)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        self.assertEqual(self.origin.request_count(), 2)
+
+    def test_user_rule_and_builtin_switched_off(self):
+        self.start({"lol-version": "off",
+                    "my-manifest": "bypass *.cdn.example.net ~*/manifest[0-9]+\\.json$",
+                    "svc": "bypass blizzard /tpr/configs/"})
+        host, path = BUILTIN_BYPASS[1][1], BUILTIN_BYPASS[1][2]
+        self.get(path, host=host)
+        self.assertEqual(self.get(path, host=host).header("X-Upstream-Cache-Status"), "HIT")
+        self.assertEqual(self.origin.request_count(), 1)
+        for _ in range(2):
+            r = self.get("/a/Manifest12.json", host="eu.cdn.example.net")
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        self.assertEqual(self.origin.request_count(), 3)
+        # another host, or the wildcard's base: not the rule's
+        for h in ("cdn.example.net", "eu.cdn.example.org"):
+            self.get("/a/manifest1.json", host=h)
+            r = self.get("/a/manifest1.json", host=h)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT", h)
+        self.assertEqual(self.origin.request_count(), 5)
+        # a service's rule: the blizzard identifier, whatever its host
+        for _ in range(2):
+            r = self.get("/tpr/configs/data/ab", host="level3.blizzard.com")
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        self.assertEqual(self.origin.request_count(), 7)
+
+    def test_hide_etag_for_blizzard(self):
+        """Blizzard's edges give the chunks of one file different ETags: under the built-in
+        blizzard-etag rule the ETag is neither stored nor sent, so the chunks of one object
+        stay one version (two chunks, each fetched once) and the answers carry no ETag."""
+        self.start(cache={"chunk_size": "4K"})
+        total = 6000
+
+        def edge_etags(ex):
+            rng = H.parse_range(ex.req.header("Range"), total)
+            start = rng[0] if isinstance(rng, tuple) else 0
+            ex.req.query["noetag"] = ["1"]
+            H.serve_object(ex, total, extra=(("ETag", '"edge-%d"' % start),))
+        self.origin.route("/tpr/", edge_etags)
+        path = "/tpr/wow/data/ab/cd/abcdef"
+        for want in ("MISS", "HIT"):
+            r = self.get(path, host="level3.blizzard.com")
+            self.assertStatus(r, 200)
+            self.assertBody(r, path, total=total)
+            self.assertIsNone(r.header("ETag"), r.raw_head)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), want)
+        self.assertEqual(self.origin.request_count(), 2)  # one per chunk, never again
+        r = self.get(path, host="level3.blizzard.com", headers=[("Range", "bytes=4000-4999")])
+        self.assertStatus(r, 206)
+        self.assertIsNone(r.header("ETag"))
+        self.assertEqual(self.origin.request_count(), 2)
+        # elsewhere the ETag is the object's, sent and stored
+        r = self.get("/other/x/size/100", host="l3cdn.riotgames.com")
+        self.assertIsNotNone(r.header("ETag"))
+
+    def test_cli_prints_the_rules_in_order(self):
+        d = self.start({"gw2-latest64": "off", "mine": "hide_etag files.example.org =/a"})
+        out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rules = [x for x in out.stdout.splitlines() if x.startswith("rule ")]
+        with open(d.ini) as f:
+            line = f.read().splitlines().index("mine = hide_etag files.example.org =/a") + 1
+        self.assertEqual(rules[0], "rule mine: hide_etag files.example.org =/a (%s:%d)"
+                         % (d.ini, line))
+        self.assertEqual([x.split(":")[0] for x in rules[1:]],
+                         ["rule lol-releaselisting", "rule lol-version", "rule gw2-latest64",
+                          "rule wu-trust-lists", "rule steam-server-status",
+                          "rule blizzard-etag"])
+        self.assertIn("rule gw2-latest64: off * /latest64 (%s:" % d.ini, out.stdout)
+        self.assertIn("rule blizzard-etag: hide_etag blizzard / (built in)", out.stdout)
+        bad = os.path.join(self._tmp, "bad.ini")
+        with open(d.ini) as f, open(bad, "w") as g:
+            g.write(f.read() + "\n[rules]\nx = bypass * nopath\n")
+        out = subprocess.run([H.binary_path(), "-t", "-c", bad], capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("[rules] rule x: 'nopath' is not a path pattern", out.stderr)
+
+
+if __name__ == "__main__":
+    H.main()
