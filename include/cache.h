@@ -255,6 +255,11 @@ const char *cache_chunk_key(const struct chunk *ck, size_t *len);
  * none); cleared by the cache when the chunk is sealed or fails. */
 void *cache_chunk_filler(const struct chunk *ck);
 void cache_chunk_set_filler(struct chunk *ck, void *fill);
+/* The status of the origin answer the chunk's bytes came from (206, or 200 when the origin
+ * ignored the Range), set by its fill; 0 for a chunk read from disk or not answered yet. For
+ * X-Upstream-Status (lancache's $upstream_status). */
+int cache_chunk_origin_status(const struct chunk *ck);
+void cache_chunk_set_origin_status(struct chunk *ck, int status);
 /* Two-part fills: <ck> (FILLING, nothing committed) is filled from its start up to <off> and
  * from <off> to its end at once; the parts join when they meet. Undone by cache_chunk_unsplit()
  * (nothing of the second part committed yet), and by cache_chunk_set_meta() when <off> turns out

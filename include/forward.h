@@ -67,6 +67,7 @@ struct fwd_resp_opts {
     bool send_age;            /* an answer kept by the cache: the origin's Age is replaced by */
     int64_t age;              /* this one (RFC 9111 §4.2.3) */
     bool hide_etag;           /* a hide_etag rule: the origin's ETag is not passed on */
+    int upstream_status;      /* the origin's status for X-Upstream-Status; 0: not from one */
 };
 
 /*
@@ -101,6 +102,7 @@ struct fwd_cache_head {
     int64_t now;
     const char *hostname;
     const char *cache_status; /* "HIT" | "MISS" | "BYPASS" (?nocache=) */
+    int upstream_status;      /* the fill's origin status for X-Upstream-Status; 0: none */
     bool keep_alive;
     int client_minor;
     /* 206 of several parts: the multipart/byteranges boundary (borrowed; NULL: one range) and

@@ -1521,6 +1521,18 @@ void cache_chunk_set_filler(struct chunk *ck, void *fill)
     ck->filler = fill;
 }
 
+int cache_chunk_origin_status(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->origin_status;
+}
+
+void cache_chunk_set_origin_status(struct chunk *ck, int status)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ck->origin_status = status;
+}
+
 void cache_chunk_split_at(struct chunk *ck, uint64_t off)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);

@@ -102,6 +102,7 @@ struct chunk {
     off_t body_off;        /* where the body starts in fd */
     bool started_by_fetch; /* a fill was started for it (its first reader is a MISS) */
     bool refetch;          /* that fill was started by a forced lookup (?nocache=) */
+    int origin_status;     /* that fill's origin answer status (206, 200), 0: none yet */
     uint64_t refetch_id;   /* that lookup's cache_refetch_id (0: not forced) */
     char *key;             /* owns: "identifier\npath" */
     size_t key_len;

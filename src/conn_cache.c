@@ -529,6 +529,8 @@ static bool head_step(struct conn *c)
         choose_ranges(c, rf, m, &h); /* one range, several (multipart), or 416 */
     bool no_bytes = h.status == 304 || h.status == 412 || h.status == 416;
     h.cache_status = head_status(c, &h, no_bytes);
+    if (strcmp(h.cache_status, "HIT") != 0) /* (0 when its bytes came from the disk) */
+        h.upstream_status = cache_chunk_origin_status(ck);
     /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
      * first delivery has one only when an upstream cache said so. */
     h.age = strcmp(h.cache_status, "HIT") == 0 || (m->head != NULL && m->head->origin_aged);

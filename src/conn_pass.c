@@ -103,7 +103,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
                               .head_req = c->head_req,
                               .keep_alive = c->keep_alive && !c->draining,
                               .date = conn_date(c),
-                              .hide_etag = c->hide_etag};
+                              .hide_etag = c->hide_etag,
+                              .upstream_status = resp->status};
     /* Keep room after the head for a chunked body's framing and its last-chunk. */
     size_t room = buf_room(&c->out) > 32 ? buf_room(&c->out) - 32 : 0;
     size_t n = fwd_response_head(buf, resp, &o, &c->body, c->out.last, room);

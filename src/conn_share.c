@@ -62,7 +62,8 @@ static void share_begin(struct conn *c)
         .date = kept ? c->shared_head->date : conn_date(c),
         .send_age = kept,
         .age = kept ? objhead_age(c->shared_head, (int64_t)ev_now(c->ctx->loop)) : 0,
-        .hide_etag = c->hide_etag};
+        .hide_etag = c->hide_etag,
+        .upstream_status = c->force || miss ? resp->status : 0};
     conn_out_ensure(c);
     buf_compact(&c->out);
     size_t n = fwd_response_head(hbuf, resp, &o, &c->body, c->out.last, buf_room(&c->out));

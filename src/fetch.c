@@ -133,6 +133,7 @@ struct fetch {
     bool has_query; /* the path asked has a query: its answers are never kept (anstore.h) */
     bool followed;  /* a redirect was followed: the answer is the target's, never kept */
     bool hide_etag; /* a hide_etag rule (config.h): the origin's ETag is not part of the meta */
+    int ans_status; /* the status of the origin answer being read (X-Upstream-Status) */
     struct chunk_waiter memw; /* waiting for memory */
     ev_timer memt;            /* bounds that wait: read_timeout */
     uint64_t req_end;         /* last byte the current upstream request asked for */
@@ -551,6 +552,8 @@ static int apply_meta(struct fetch *f, const struct cache_meta *m)
         if (cache_chunk_state(f->cks[i]) != CHUNK_S_FILLING)
             continue; /* failed by its other part's fetch: sink_body reads our part away */
         int rc = cache_chunk_set_meta(f->cks[i], m);
+        if (rc == 0)
+            cache_chunk_set_origin_status(f->cks[i], f->ans_status);
         if (rc < 0) {
             if (i == 0 || rc == -ESTALE)
                 return rc;
@@ -628,6 +631,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     CHECK_OBJ(f, FETCH_MAGIC);
     struct cache_meta m;
     memset(&m, 0, sizeof(m));
+    f->ans_status = resp->status;
     bool meta_fits = f->hide_etag || header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     meta_fits &= header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
     meta_fits &= header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
@@ -819,6 +823,7 @@ static void extend_run(struct fetch *f)
             cache_chunk_unref(&ck);
             break;
         }
+        cache_chunk_set_origin_status(ck, f->ans_status);
         cache_chunk_set_filler(ck, f);
         f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
         f->next_index++;
@@ -873,9 +878,10 @@ static bool store_whole(struct fetch *f)
         struct chunk *ck = cache_chunk_claim(c, key, key_len, idx, &m);
         if (ck == NULL)
             continue; /* the run's, or someone else's */
-        if (cache_chunk_set_meta(ck, &m) == 0)
+        if (cache_chunk_set_meta(ck, &m) == 0) {
+            cache_chunk_set_origin_status(ck, f->ans_status);
             store_chunk(ck, body, NULL);
-        else
+        } else
             cache_chunk_failed(ck, CHUNK_FAIL_ORIGIN);
         cache_chunk_unref(&ck);
     }

@@ -55,6 +55,25 @@ static void put_field(struct out *o, const char *buf, const struct h1_field *f)
 }
 
 /* X-LanCache-Processed-By: <v> (a chain may be longer than what putf formats) */
+/*
+ * lancache's debug fields (add_header X-Upstream-Status $upstream_status, X-Upstream-Response-Time
+ * $upstream_response_time): only on an answer made from an origin answer (<upstream_status>
+ * non-zero) and, as add_header, only for the statuses it decorates. nginx writes its headers
+ * before the origin's answer has ended, so $upstream_response_time is always "-" there; so here.
+ */
+static void put_upstream(struct out *o, int status, int upstream_status)
+{
+    static const int decorated[] = {200, 201, 204, 206, 301, 302, 303, 304, 307, 308};
+    if (upstream_status < 100 || upstream_status > 999)
+        return;
+    for (size_t i = 0; i < sizeof(decorated) / sizeof(decorated[0]); i++) {
+        if (decorated[i] == status) {
+            putf(o, "X-Upstream-Status: %d\r\nX-Upstream-Response-Time: -\r\n", upstream_status);
+            return;
+        }
+    }
+}
+
 static void put_processed_by(struct out *o, const char *v)
 {
     puts_(o, "X-LanCache-Processed-By: ");
@@ -226,7 +245,8 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
         if (name_is(rbuf, f, "Content-Length") && !keep_cl_field)
             continue;
         if (name_is(rbuf, f, "X-LanCache-Processed-By") ||
-            name_is(rbuf, f, "X-Upstream-Cache-Status") ||
+            name_is(rbuf, f, "X-Upstream-Cache-Status") || name_is(rbuf, f, "X-Upstream-Status") ||
+            name_is(rbuf, f, "X-Upstream-Response-Time") ||
             (o->send_age && name_is(rbuf, f, "Age")) || (o->hide_etag && name_is(rbuf, f, "ETag")))
             continue;
         put_field(&w, rbuf, f);
@@ -244,6 +264,7 @@ size_t fwd_response_head(const char *rbuf, const struct h1_resp *resp,
     else if (o->client_minor == 0)
         puts_(&w, "Connection: keep-alive\r\n");
     put_processed_by(&w, o->hostname);
+    put_upstream(&w, resp->status, o->upstream_status);
     putf(&w, "X-Upstream-Cache-Status: %s\r\n\r\n", o->cache_status);
     return out_done(&w);
 }
@@ -308,6 +329,7 @@ size_t fwd_cache_response(const struct fwd_cache_head *h, bool head_req, char *o
     else if (h->client_minor == 0)
         puts_(&w, "Connection: keep-alive\r\n");
     put_processed_by(&w, h->hostname);
+    put_upstream(&w, h->status, h->upstream_status);
     putf(&w, "X-Upstream-Cache-Status: %s\r\n\r\n", h->cache_status);
     if (short_body && !head_req)
         putf(&w, "%d %s\n", h->status, h1_reason(h->status));

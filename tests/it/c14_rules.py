@@ -143,6 +143,30 @@ class Rules(H.CPTestCase):
         r = self.get("/other/x/size/100", host="l3cdn.riotgames.com")
         self.assertIsNotNone(r.header("ETag"))
 
+    def test_upstream_status_fields_as_monolithic(self):
+        """monolithic's add_header X-Upstream-Status $upstream_status and
+        X-Upstream-Response-Time $upstream_response_time: on a MISS the fill's origin status
+        (206: fills ask a range) and "-" (nginx writes its head before the origin's answer
+        ends); on a HIT neither; on a bypass the origin's status; on a 404 neither (add_header
+        decorates 2xx/3xx only)."""
+        self.start()
+        p = "/c14/up/size/3000"
+        self.origin.handler = H.default_handler
+        r = self.get(p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.assertEqual(r.header("X-Upstream-Status"), "206")
+        self.assertEqual(r.header("X-Upstream-Response-Time"), "-")
+        r = self.get(p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
+        self.assertIsNone(r.header("X-Upstream-Status"))
+        self.assertIsNone(r.header("X-Upstream-Response-Time"))
+        r = self.get(p, headers=[("Authorization", "Bearer x")])
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "BYPASS")
+        self.assertEqual(r.header("X-Upstream-Status"), "200")
+        r = self.get("/c14/missing/size/10?status=404")
+        self.assertStatus(r, 404)
+        self.assertIsNone(r.header("X-Upstream-Status"))
+
     def test_cli_prints_the_rules_in_order(self):
         d = self.start({"gw2-latest64": "off", "mine": "hide_etag files.example.org =/a"})
         out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,

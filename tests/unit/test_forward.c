@@ -540,7 +540,8 @@ static void test_fwd_request_head_cap_too_small_returns_zero(void **state)
 static const char *resp_head(const char *s, enum h1_method m, int minor, bool keep,
                              const char *status, enum fwd_body *body)
 {
-    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep, NULL, false, 0, false};
+    struct fwd_resp_opts o = {HOSTNAME, status, minor, m == H1_M_HEAD, keep,
+                              NULL,     false,  0,     false,          0};
     parse_resp(s, m);
     *body = (enum fwd_body) - 1;
     size_t n = fwd_response_head(s, &g_resp, &o, body, g_out, sizeof(g_out) - 1);
@@ -806,7 +807,7 @@ static const char cap_resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 123\r\nETag: 
 static void test_fwd_response_head_cap_too_small_returns_zero(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false, 0};
     enum fwd_body body;
     char out[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -822,7 +823,7 @@ static void test_fwd_response_head_hide_etag_drops_only_the_etag(void **state)
     (void)state;
     static const char resp[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
                                "etag: \"v1\"\r\nX-Other: 1\r\nETag: W/\"v2\"\r\n\r\n";
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, true};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, true, 0};
     enum fwd_body body;
     char out[512];
     parse_resp(resp, H1_M_GET);
@@ -838,12 +839,51 @@ static void test_fwd_response_head_hide_etag_drops_only_the_etag(void **state)
     assert_non_null(strstr(out, "ETag: W/\"v2\"\r\n"));
 }
 
+/* lancache's X-Upstream-Status / X-Upstream-Response-Time: from an origin answer only, on the
+ * statuses nginx's add_header decorates, the origin's own copies never passed on. */
+static void test_fwd_response_head_upstream_fields_as_add_header(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *resp;
+        int upstream;
+        bool want;
+    } cases[] = {
+        {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, true},
+        {"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n", 302, true},
+        {"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", 404, false},
+        {"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", 503, false},
+        {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 0, false},
+        {"HTTP/1.1 200 OK\r\nX-Upstream-Status: 999\r\nX-Upstream-Response-Time: 9\r\n"
+         "Content-Length: 0\r\n\r\n",
+         0, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true,
+                                  NULL,     false,  0, false, cases[i].upstream};
+        enum fwd_body body;
+        char out[512], want[64];
+        parse_resp(cases[i].resp, H1_M_GET);
+        size_t n = fwd_response_head(cases[i].resp, &g_resp, &o, &body, out, sizeof(out) - 1);
+        assert_true(n > 0);
+        out[n] = '\0';
+        snprintf(want, sizeof(want), "X-Upstream-Status: %d\r\nX-Upstream-Response-Time: -\r\n",
+                 cases[i].upstream);
+        if (cases[i].want)
+            assert_non_null(strstr(out, want));
+        else
+            assert_null(strstr(out, "X-Upstream-Status"));
+        assert_null(strstr(out, "999"));
+        assert_null(strstr(out, "X-Upstream-Response-Time: 9"));
+    }
+}
+
 /* forward.h: "writes at most <cap> bytes ... or 0 if it did not fit": a head of exactly <cap>
  * bytes fits. */
 static void test_fwd_response_head_cap_exact_fits(void **state)
 {
     (void)state;
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, NULL, false, 0, false, 0};
     enum fwd_body body;
     char out[512], want[512];
     parse_resp(cap_resp, H1_M_GET);
@@ -992,7 +1032,7 @@ static void test_fwd_local_response_carries_the_date_given(void **state)
 
 static size_t resp_head_dated(const char *s, const char *date)
 {
-    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date, false, 0, false};
+    struct fwd_resp_opts o = {HOSTNAME, "MISS", 1, false, true, date, false, 0, false, 0};
     enum fwd_body body;
     parse_resp(s, H1_M_GET);
     size_t n = fwd_response_head(s, &g_resp, &o, &body, g_out, sizeof(g_out) - 1);
@@ -1274,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_fwd_is_loop_after_our_own_request_head),
         cmocka_unit_test(test_fwd_cache_response_multipart_has_its_type_and_body_length),
         cmocka_unit_test(test_fwd_response_head_hide_etag_drops_only_the_etag),
+        cmocka_unit_test(test_fwd_response_head_upstream_fields_as_add_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
