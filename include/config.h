@@ -68,8 +68,8 @@ enum cfg_steam_ua { CFG_STEAM_UA_NO = 0, CFG_STEAM_UA_YES, CFG_STEAM_UA_ANY };
  *     NAME = POLICY                    a built-in with another policy
  *     NAME = off                       a rule switched off
  * POLICY: bypass (forwarded, never stored or served from the cache: lancache's
- * proxy_cache_bypass + proxy_no_cache), revalidate (reserved: refused until the request path
- * that asks the origin first with the stored validators exists), hide_etag (cached; the origin's
+ * proxy_cache_bypass + proxy_no_cache), revalidate (every request asks the origin first with
+ * the stored validators: conn_pass.c, "Revalidation"), hide_etag (cached; the origin's
  * ETag is neither stored nor sent, as lancache's proxy_hide_header ETag). WHERE: "*" (every
  * request), a service name (no dot: the cache identifier, any case) or a host ("a.b", or "*.a.b"
  * for its subdomains). PATTERN, matched against the path without the query, as nginx's location

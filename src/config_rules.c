@@ -259,11 +259,6 @@ int config_rule_set(struct config *cfg, const char *name, const char *value, int
                     "rule %s: '%s' is not a policy (bypass, revalidate, hide_etag or off)", lname,
                     word);
     policy = (enum cfg_rule_policy)k;
-    if (policy == CFG_RULE_REVALIDATE) /* (named in the syntax; its responder is to come) */
-        return rbad(msg, msglen,
-                    "rule %s: revalidate is not available in this version (bypass, hide_etag "
-                    "or off)",
-                    lname);
 
     char where[CONFIG_HOST_MAX + 2];
     size_t wlen = next_word(&p, where, sizeof(where));

@@ -83,10 +83,11 @@ static const unsigned conn_next[] = {
     [CONN_S_READ_HEAD] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_RESOLVE) |
                          CONN_TO(CONN_S_CACHE_HEAD) | CONN_TO(CONN_S_SHARE) |
                          CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
-    [CONN_S_RESOLVE] = CONN_TO(CONN_S_UPSTREAM) | CONN_TO(CONN_S_READ_HEAD) |
-                       CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
-    [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
-                        CONN_TO(CONN_S_CLOSING),
+    /* (CACHE_HEAD: a revalidation hands the request back to the cache path) */
+    [CONN_S_RESOLVE] = CONN_TO(CONN_S_UPSTREAM) | CONN_TO(CONN_S_CACHE_HEAD) |
+                       CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+    [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_CACHE_HEAD) |
+                        CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_STREAM] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     /* (RESOLVE: handed over to the pass path; SHARE: to the share path) */
     [CONN_S_CACHE_HEAD] = CONN_TO(CONN_S_CACHE_BODY) | CONN_TO(CONN_S_RESOLVE) |
@@ -202,7 +203,9 @@ static void log_access(struct conn *c)
     if (c->proxied) {
         e.ident = (struct access_str){c->ident, strlen(c->ident)};
         if (!c->local_resp)
-            e.cache_status = c->force || c->bypass ? "BYPASS" /* ?nocache=, rules, Authorization */
+            e.cache_status = c->reval_status != NULL ? c->reval_status
+                             : c->force || c->bypass
+                                 ? "BYPASS" /* ?nocache=, rules, Authorization */
                              : c->cached && !conn_cache_is_miss(c) ? "HIT"
                                                                    : "MISS";
     }
@@ -385,6 +388,11 @@ static void handle_request(struct conn *c)
         config_rule_for(g_cfg, c->ident, c->auth.host, h + req->path_only.off, req->path_only.len);
     enum cfg_rule_policy policy = c->rule != NULL ? c->rule->policy : CFG_RULE_OFF;
     c->hide_etag = policy == CFG_RULE_HIDE_ETAG;
+    c->reval = policy == CFG_RULE_REVALIDATE;
+    c->reval_done = false;
+    c->reval_pending = false;
+    c->reval_status = NULL;
+    c->reval_upstream = 0;
     c->bypass = policy == CFG_RULE_BYPASS ||
                 h1_find(h, req->fields, req->n_fields, "Authorization") != NULL;
     c->proxied = true;

@@ -251,7 +251,7 @@ void conn_cache_begin(struct conn *c)
     struct anstore_hit hit;
     if (c->force) {
         anstore_drop(answers, c->objkey, c->objkey_len);
-    } else if (memchr(c->req_head + c->req.path.off, '?', c->req.path.len) == NULL &&
+    } else if (!c->reval && memchr(c->req_head + c->req.path.off, '?', c->req.path.len) == NULL &&
                anstore_get(answers, c->objkey, c->objkey_len, c->auth.ident,
                            (int64_t)ev_now(c->ctx->loop), &hit)) {
         ASSERT(c->shared == NULL && c->shared_head == NULL);
@@ -505,6 +505,18 @@ static bool head_step(struct conn *c)
         wait_chunk(c, first_byte(c) % cache_chunk_size(c->ctx->cache));
         return false;
     }
+    /* A revalidate rule: a stored copy (not one a fill is bringing now, nor a refetch) is
+     * served only once the origin was asked with its validators (conn_pass.c). */
+    bool filling_now = cst == CHUNK_S_FILLING && !cache_chunk_is_loading(ck);
+    if (c->reval && !c->reval_done && !c->force && !c->first_miss && !filling_now) {
+        c->reval_done = true;
+        c->reval_pending = true;
+        snprintf(c->reval_etag, sizeof(c->reval_etag), "%s", m->etag);
+        snprintf(c->reval_lm, sizeof(c->reval_lm), "%s", m->last_modified);
+        drop_chunk(c);
+        conn_hand_over(c, &conn_pass_responder);
+        return true;
+    }
     struct fwd_cache_head h;
     memset(&h, 0, sizeof(h));
     h.status = 200;
@@ -528,12 +540,15 @@ static bool head_step(struct conn *c)
     if (pc == PRECOND_RANGE)
         choose_ranges(c, rf, m, &h); /* one range, several (multipart), or 416 */
     bool no_bytes = h.status == 304 || h.status == 412 || h.status == 416;
-    h.cache_status = head_status(c, &h, no_bytes);
-    if (strcmp(h.cache_status, "HIT") != 0) /* (0 when its bytes came from the disk) */
+    h.cache_status = c->reval_status != NULL ? c->reval_status : head_status(c, &h, no_bytes);
+    if (c->reval_status != NULL) /* the origin's answer to the revalidation (304, 5xx) */
+        h.upstream_status = c->reval_upstream;
+    else if (strcmp(h.cache_status, "HIT") != 0) /* (0 when its bytes came from the disk) */
         h.upstream_status = cache_chunk_origin_status(ck);
     /* RFC 9111 §5.1: Age says the answer was not made by the origin for this request; the
      * first delivery has one only when an upstream cache said so. */
-    h.age = strcmp(h.cache_status, "HIT") == 0 || (m->head != NULL && m->head->origin_aged);
+    h.age = strcmp(h.cache_status, "HIT") == 0 || c->reval_status != NULL ||
+            (m->head != NULL && m->head->origin_aged);
     if (no_bytes) /* no object bytes follow */
         c->keep_alive = c->keep_alive && c->req.version_minor == 1;
     h.keep_alive = c->keep_alive && !c->draining;

@@ -16,6 +16,7 @@
 #include "admit.h"
 #include "buf.h"
 #include "cache.h"
+#include "chunkfile.h"
 #include "conn.h"
 #include "forward.h"
 #include "http1.h"
@@ -101,9 +102,18 @@ struct conn {
     bool bypass;     /* forwarded uncached: a bypass rule or Authorization (BYPASS) */
     bool hide_etag;  /* a hide_etag rule: the origin's ETag is neither stored nor sent */
     const struct cfg_rule *rule; /* the [rules] rule that applies (borrowed from g_cfg), or NULL */
-    bool proxied;                /* went (or was going) upstream: has an identifier */
-    bool logged;                 /* the access log line is written */
-    bool local_resp;             /* answered by the proxy itself (cache status "-") */
+    /* A revalidate rule (conn_pass.c, "Revalidation"): the stored copy is served only after the
+     * origin was asked with its validators. */
+    bool reval;               /* the rule applies to this request */
+    bool reval_done;          /* the origin was asked (or need not be): serve what is stored */
+    bool reval_pending;       /* the pass path's request is the conditional one */
+    const char *reval_status; /* "REVALIDATED" | "STALE" for the answer and the log; NULL */
+    int reval_upstream;       /* the origin's status for it (X-Upstream-Status); 0: none */
+    char reval_etag[CHUNKFILE_ETAG_MAX + 1]; /* the stored validators it sends */
+    char reval_lm[CHUNKFILE_LAST_MODIFIED_MAX + 1];
+    bool proxied;    /* went (or was going) upstream: has an identifier */
+    bool logged;     /* the access log line is written */
+    bool local_resp; /* answered by the proxy itself (cache status "-") */
     int status;
     enum fwd_body body; /* pass: framing towards the client */
     uint64_t body_bytes;

@@ -17,14 +17,31 @@
  * for a private origin address); after the head, the response is cut (conn_response_cut).
  * Used for requests with Authorization (BYPASS), HEAD requests of objects not stored, and
  * answers the cache hands over (uncacheable ones, see conn_cache.c).
+ *
+ * Revalidation (a revalidate rule, config.h): the cache path hands over a request whose object
+ * is stored (c->reval_pending, with its validators). The request goes to the origin without the
+ * client's conditionals, with If-None-Match (the stored ETag) and If-Modified-Since (the stored
+ * Last-Modified), and the origin's answer decides, as lancache's proxy_cache_revalidate and
+ * proxy_cache_use_stale would:
+ * - 304: the stored copy is served (the cache path again: REVALIDATED);
+ * - another 2xx: the object changed: the stored copy is dropped and the request goes to the
+ *   cache path, which fetches and stores the new one (MISS);
+ * - 5xx, a refused or timed-out connection, a name that does not resolve: the stored copy is
+ *   served (STALE);
+ * - 403, 404, 410: the answer is passed to the client and the stored copy dropped;
+ * - anything else (a redirect, another 4xx): the answer is passed to the client, the stored
+ *   copy kept.
+ * The conditional request's answer body is never read (upstream_cancel) unless it is passed on.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include <ev.h>
 
+#include "cache.h"
 #include "config.h"
 #include "conn_int.h"
 #include "forward.h"
@@ -43,12 +60,52 @@ static void sink_done(void *arg, enum up_err err);
 
 static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
 
+/* Drops every stored chunk of the request's object (a revalidation found it changed or gone). */
+static void reval_drop_object(struct conn *c)
+{
+    size_t len;
+    char *key =
+        cache_key_build(c->ident, c->req_head + c->req.path_only.off, c->req.path_only.len, &len);
+    int n = cache_purge(c->ctx->cache, key, len);
+    log_info("conn#%u %s: revalidation: the origin's copy of %s changed or is gone: %d stored "
+             "chunks dropped",
+             c->id, c->peer, c->auth.host, n < 0 ? 0 : n);
+    free(key);
+}
+
+/* Gives a revalidated request back to the cache path, which serves the stored copy under
+ * <status> ("REVALIDATED", "STALE"), or fetches the object anew (NULL). */
+static void reval_back(struct conn *c, const char *status, int upstream_status)
+{
+    c->reval_pending = false;
+    c->reval_status = status;
+    c->reval_upstream = upstream_status;
+    conn_hand_over(c, &conn_cache_responder);
+    conn_drive(c); /* (from an upstream or resolver callback: nothing else steps it now) */
+}
+
+/* Appends the stored validators to the request head <head>[0..n) (ending in its blank line).
+ * Returns the new length, or 0 when they do not fit in <cap>. */
+static size_t reval_fields(const struct conn *c, char *head, size_t n, size_t cap)
+{
+    ASSERT(n >= 2);
+    n -= 2; /* the blank line, written again below */
+    int k = snprintf(head + n, cap - n, "%s%s%s%s%s%s\r\n",
+                     c->reval_etag[0] ? "If-None-Match: " : "", c->reval_etag,
+                     c->reval_etag[0] ? "\r\n" : "", c->reval_lm[0] ? "If-Modified-Since: " : "",
+                     c->reval_lm, c->reval_lm[0] ? "\r\n" : "");
+    return k > 0 && (size_t)k < cap - n ? n + (size_t)k : 0;
+}
+
 /* To the origin's addresses <addrs>[0..n_addrs) in order (upstream fails over between them). */
 static void start_upstream(struct conn *c, const struct sockaddr_storage *addrs, size_t n_addrs)
 {
     static char head[CONN_UPHEAD];
-    struct fwd_req_opts o = {g_cfg->hostname, c->bypass, c->bypass};
+    /* (a revalidation sends the stored validators, never the client's) */
+    struct fwd_req_opts o = {g_cfg->hostname, c->bypass && !c->reval_pending, c->bypass};
     size_t n = fwd_request_head(c->req_head, &c->req, &c->auth, &o, head, sizeof(head));
+    if (n > 0 && c->reval_pending)
+        n = reval_fields(c, head, n, sizeof(head));
     if (n == 0) {
         conn_local_response(c, 431, true, NULL);
         return;
@@ -74,6 +131,10 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
         return;
     if (err == 0) {
         start_upstream(c, addrs, n);
+    } else if (c->reval_pending && err != -EACCES && err != -EINVAL) {
+        log_info("conn#%u %s: revalidation: cannot resolve %s: %s: serving the stored copy", c->id,
+                 c->peer, c->auth.host, strerror(-err));
+        reval_back(c, "STALE", 502);
     } else if (err == -EACCES) {
         log_info("conn#%u %s: %s resolves to a private address: refused", c->id, c->peer,
                  c->auth.host);
@@ -95,6 +156,26 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     CHECK_OBJ(c, CONN_MAGIC);
     if (c->state == CONN_S_CLOSING)
         return;
+    if (c->reval_pending) {
+        int st = resp->status;
+        if (st == 304) {
+            reval_back(c, "REVALIDATED", st);
+            return;
+        }
+        if ((st >= 200 && st < 300) || st == 403 || st == 404 || st == 410)
+            reval_drop_object(c);
+        if (st >= 200 && st < 300) {
+            reval_back(c, NULL, 0);
+            return;
+        }
+        if (st >= 500) {
+            log_info("conn#%u %s: revalidation: origin %s answered %d: serving the stored copy",
+                     c->id, c->peer, c->auth.host, st);
+            reval_back(c, "STALE", st);
+            return;
+        }
+        c->reval_pending = false; /* passed on to the client as it is */
+    }
     conn_out_ensure(c);
     buf_compact(&c->out);
     struct fwd_resp_opts o = {.hostname = conn_processed_by(c),
@@ -195,6 +276,14 @@ static void sink_done(void *arg, enum up_err err)
     } else if (c->state == CONN_S_UPSTREAM) {
         int status =
             (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT) ? 504 : 502;
+        if (c->reval_pending) {
+            log_info("conn#%u %s: revalidation: origin %s: %s: serving the stored copy", c->id,
+                     c->peer, c->auth.host, upstream_strerror(err));
+            reval_back(c, "STALE", status);
+            conn_update_io(c);
+            conn_update_timer(c);
+            return;
+        }
         /* upstream logs its failures at debug level only: this layer decides, so it says why */
         log_info("conn#%u %s: origin %s: %s: answering %d", c->id, c->peer, c->auth.host,
                  upstream_strerror(err), status);

@@ -167,6 +167,105 @@ class Rules(H.CPTestCase):
         self.assertStatus(r, 404)
         self.assertIsNone(r.header("X-Upstream-Status"))
 
+    def versioned_origin(self):
+        """The origin of the revalidation tests: each path has a version (ETag "vN",
+        Last-Modified of day N, the bytes of PATH/vN); If-None-Match of the current version
+        answers 304; self.mode "503", "404" or "drop" (close without an answer) overrides."""
+        self.ver = {}
+        self.mode = None
+        days = ["Mon, 0%d Jan 2024 00:00:00 GMT" % d for d in range(1, 10)]
+
+        def handler(ex):
+            path = ex.req.path.split("?")[0]
+            v = self.ver.setdefault(path, 1)
+            if self.mode == "drop":
+                ex.close(reset=True)
+                return
+            if self.mode in ("503", "404"):
+                ex.send(int(self.mode), b"no\n")
+                return
+            etag = '"v%d"' % v
+            if ex.req.header("If-None-Match") == etag:
+                ex.send(304, b"", [("ETag", etag), ("Content-Length", "0")])
+                return
+            ex.req.query["noetag"] = ["1"]
+            H.serve_object(ex, SIZE, path="%s/v%d" % (path, v),
+                           extra=(("ETag", etag), ("Last-Modified", days[v])))
+        self.origin.handler = handler
+
+    def test_revalidate_each_builtin_rule(self):
+        """Every built-in switched to revalidate: one conditional request per client request
+        (the stored ETag and Last-Modified, none of the client's), a 304 served from the cache
+        (REVALIDATED), a changed object replaced (MISS, the new bytes), a 5xx or an origin that
+        is down answered from the stored copy (STALE), a 404 passed on and the copy dropped."""
+        self.start({name: "revalidate" for name, _, _ in BUILTIN_BYPASS})
+        self.versioned_origin()
+        for name, host, path in BUILTIN_BYPASS:
+            n = self.origin.request_count()
+            r = self.get(path, host=host)
+            self.assertBody(r, path + "/v1", total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS", name)
+            self.assertEqual(self.origin.request_count(), n + 1)
+            for _ in range(2):
+                r = self.get(path, host=host, headers=[("If-None-Match", '"client"')])
+                self.assertStatus(r, 200)
+                self.assertBody(r, path + "/v1", total=SIZE)
+                self.assertEqual(r.header("X-Upstream-Cache-Status"), "REVALIDATED", name)
+                self.assertEqual(r.header("X-Upstream-Status"), "304")
+                q = self.origin.last()
+                self.assertEqual(q.header("If-None-Match"), '"v1"')
+                self.assertEqual(q.header("If-Modified-Since"), "Mon, 02 Jan 2024 00:00:00 GMT")
+                self.assertIsNone(q.header("Range"))
+            self.assertEqual(self.origin.request_count(), n + 3)  # one per client request
+            self.ver[path] = 2
+            r = self.get(path, host=host)
+            self.assertBody(r, path + "/v2", total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS", name)
+            r = self.get(path, host=host)
+            self.assertBody(r, path + "/v2", total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "REVALIDATED", name)
+            self.mode = "503"
+            r = self.get(path, host=host)
+            self.assertBody(r, path + "/v2", total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "STALE", name)
+            self.assertEqual(r.header("X-Upstream-Status"), "503")
+            self.mode = None
+        # the origin down: every stored copy still served
+        self.mode = "drop"
+        self.origin.close_listener()
+        for name, host, path in BUILTIN_BYPASS:
+            r = self.get(path, host=host)
+            self.assertStatus(r, 200)
+            self.assertBody(r, path + "/v2", total=SIZE)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "STALE", name)
+        n = len(BUILTIN_BYPASS)
+        self.assertEqual(self.statuses(7 * n),
+                         ["MISS", "REVALIDATED", "REVALIDATED", "MISS", "REVALIDATED", "STALE"] * n
+                         + ["STALE"] * n)
+
+    def test_revalidate_gone_object_is_passed_on_and_dropped(self):
+        self.start({"svc": "revalidate * /c14/gone/"})
+        self.versioned_origin()
+        path = "/c14/gone/file"
+        self.assertBody(self.get(path), path + "/v1", total=SIZE)
+        self.mode = "404"
+        r = self.get(path)
+        self.assertStatus(r, 404)
+        self.assertEqual(bytes(r.body), b"no\n")
+        self.mode = None
+        self.ver[path] = 3
+        n = self.origin.request_count()
+        r = self.get(path)  # nothing stored any more: a plain miss, one origin request
+        self.assertBody(r, path + "/v3", total=SIZE)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.assertEqual(self.origin.request_count(), n + 1)
+        self.assertIsNone(self.origin.last().header("If-None-Match"))
+        # HEAD is revalidated too
+        r = self.get(path, method="HEAD")
+        self.assertStatus(r, 200)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "REVALIDATED")
+        self.assertEqual(self.origin.last().method, "HEAD")
+
     def test_cli_prints_the_rules_in_order(self):
         d = self.start({"gw2-latest64": "off", "mine": "hide_etag files.example.org =/a"})
         out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,

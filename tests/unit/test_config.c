@@ -747,6 +747,7 @@ static void test_config_rules_ini_adds_changes_and_switches_off(void **state)
     struct config *cfg =
         load_ok("[rules]\n"
                 "Lol-Version = off\n"
+                "wu-trust-lists = revalidate\n"
                 "gw2-latest64 = hide_etag\n"
                 "my-manifest = bypass *.cdn.example.net ~*/manifest[0-9]+\\.json$\n"
                 "exact = hide_etag files.example.org =/a b\n"
@@ -763,6 +764,7 @@ static void test_config_rules_ini_adds_changes_and_switches_off(void **state)
     assert_int_equal(cfg->rules[5].policy, CFG_RULE_HIDE_ETAG);
     assert_string_equal(cfg->rules[5].pattern, "/latest64"); /* kept */
     assert_string_equal(rule_of(cfg, "riot", "h.example", "/x.version"), "");
+    assert_int_equal(cfg->rules[6].policy, CFG_RULE_REVALIDATE);
     assert_string_equal(rule_of(cfg, "x", "a.cdn.example.net", "/y/MANIFEST12.json"),
                         "my-manifest");
     assert_string_equal(rule_of(cfg, "x", "cdn.example.net", "/manifest1.json"), "");
@@ -801,9 +803,6 @@ static void test_config_rules_errors_name_the_line(void **state)
              "t.ini:2: [rules] rule x: 'a..b' is not *, a service name or a host name (a.b or "
              "*.a.b)");
     load_err("[rules]\nx = off * /a\n", "t.ini:2: [rules] rule x: off takes nothing after it");
-    load_err("[rules]\nlol-version = revalidate\n",
-             "t.ini:2: [rules] rule lol-version: revalidate is not available in this version "
-             "(bypass, hide_etag or off)");
     load_err("[rules]\nx = bypass * /a\ny = bypass * /b\nX = off\n",
              "t.ini:4: [rules] rule x: already set on line 2");
     load_err("[rules]\nlol-version = off\nlol-version = bypass\n",
