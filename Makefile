@@ -14,6 +14,9 @@ PYTHON     ?= python3
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
             libc-ares-dev libxxhash-dev libjansson-dev python3 clang-format curl valgrind \
             python3-fusepy fuse3
+# The real resolvers tests/it/b20_dns_servers.py loads `cacheparty dns` into, started by the test
+# itself; tests/deps-servers.sh installs them with none of their services enabled or running.
+DEB_SERVERS := dnsmasq-base unbound bind9
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align
@@ -85,6 +88,10 @@ deps:
 	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@if ! sh tests/deps-servers.sh --check $(DEB_SERVERS); then \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO sh tests/deps-servers.sh $(DEB_SERVERS); \
 	fi
 
 run: deps

@@ -112,17 +112,20 @@ const char *domains_dns_format_name(enum domains_dns_format fmt);
  * resolver answers it with no data itself, except in the hosts format, which cannot say so (its
  * header comment warns). Services come in cache_domains.json order, names in list file
  * order, each name once; the output is a function of the lists and arguments only.
- * Per format (what each resolver can express):
- * - dnsmasq: "address=/x/IP" per exact name x and per wildcard "*.x", then "local=/x/" (the
- *   other record types of x answered locally, with no data, never forwarded). dnsmasq's address=
- *   also answers for every subdomain, so an exact name is widened to its subdomains, and names
- *   already covered by another listed name's line are omitted.
- * - unbound: "local-zone: \"x.\" redirect" + "local-data: \"x. A IP\"" per wildcard (this also
- *   answers the bare x), "local-data: \"name. A IP\"" per exact name not under a redirect zone
- *   (unbound refuses local-data below a redirect zone's apex).
+ * Per format (what each resolver can express; each entry writes only what broader lines do not
+ * already say):
+ * - dnsmasq (>= 2.86): "address=/x/IP" + "local=/x/" answer x and every name below it (local=:
+ *   the other record types with no data, never forwarded); "address=/\*.x/" only the names
+ *   below x; "server=/\*.x/#" sends the names below an exact name x to the standard servers.
+ *   The longest match decides, "*.x" beating "x" below x: every rule of the lists can be said.
+ * - unbound: "local-zone: \"x.\" redirect" + its local-data for a wildcard whose base x is
+ *   listed too (with the same target), "local-data: \"x. A IP\"" (a transparent zone: x only)
+ *   per other exact name; a wildcard whose base is not listed that way, or an entry with another
+ *   target inside a redirect zone, cannot be said: a comment line, not redirected.
  * - hosts: "IP name" per exact name; each wildcard gets a "# skipped wildcard" comment line.
  * - rpz: $TTL, SOA, NS, then "name A IP" and "*.x A IP" relative to the zone's origin (load it
- *   as zone "rpz.cacheparty", or any name), exactly the lists' semantics.
+ *   as zone "rpz.cacheparty", or any name), and below every name the zone holds under a
+ *   wildcard (where a DNS wildcard stops) the wildcard's record written out: exactly the lists.
  * <d>, <ip> and <out> are borrowed. Returns 0; -EINVAL if an <ip> is not a numeric IPv4/IPv6
  * address or is unspecified (0.0.0.0, ::), or there are none or more than 16; -ENOENT if <d> is
  * NULL (no lists configured);
@@ -130,5 +133,34 @@ const char *domains_dns_format_name(enum domains_dns_format fmt);
  */
 int domains_dns_export(const struct domains *d, const char *const *ip, size_t n_ip,
                        enum domains_dns_format fmt, FILE *out) __attribute__((warn_unused_result));
+
+/* A service's own choice in an export (lancache-dns's <SERVICE>CACHE_IP and DISABLE_<SERVICE>):
+ * its names point at its own addresses <ip>[0..n_ip) instead of the export's, or (skip) are
+ * left out: never redirected, also where a broader entry of another service would cover them. */
+struct domains_dns_service {
+    const char *name; /* a service of the lists, any case */
+    bool skip;
+    const char *ip[16];
+    size_t n_ip;
+};
+
+struct domains_dns_opts {
+    const char *const *ip; /* every other service's addresses */
+    size_t n_ip;
+    const struct domains_dns_service *services; /* each service at most once */
+    size_t n_services;
+    enum domains_dns_format fmt;
+};
+
+/*
+ * domains_dns_export with per-service choices. Every format redirects exactly the names of the
+ * lists, each to its service's addresses, as far as the format can say it (what it cannot is a
+ * comment line, and not redirected): dnsmasq (>= 2.86) and rpz can say every rule; unbound's
+ * local zones cannot say "the names below x, without x" (a wildcard whose base is not listed
+ * with the same addresses), nor a different target inside such a zone; hosts has no wildcards.
+ * Returns domains_dns_export's codes, and -ESRCH when a service named in <o> is not in <d>.
+ */
+int domains_dns_export_opts(const struct domains *d, const struct domains_dns_opts *o, FILE *out)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -1048,8 +1048,7 @@ static int on_ini_key(void *user, const char *section, const char *name, const c
     if (ctx->failed)
         return 1; /* the first error is the one reported */
     if (strcasecmp(section, "rules") == 0) {
-        int first = 0;
-        if (config_rule_set(ctx->cfg, name, value, ctx->line, &first, msg, sizeof(msg)) != 0) {
+        if (config_rule_set(ctx->cfg, name, value, ctx->line, msg, sizeof(msg)) != 0) {
             fail_at(ctx, ctx->line, "[rules] %s", msg);
             return 0;
         }

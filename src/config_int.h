@@ -19,10 +19,9 @@ void config_rules_free(struct config *cfg);
 
 /*
  * The [rules] key <name> = <value> on INI line <line> (syntax in config.h). Returns 0, or -1
- * with a message (no FILE:LINE prefix) in <msg>; *first_line receives the line that set the
- * rule before when that is the error, else 0.
+ * with a message (no FILE:LINE prefix) in <msg>.
  */
-int config_rule_set(struct config *cfg, const char *name, const char *value, int line,
-                    int *first_line, char *msg, size_t msglen);
+int config_rule_set(struct config *cfg, const char *name, const char *value, int line, char *msg,
+                    size_t msglen);
 
 #endif

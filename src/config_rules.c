@@ -153,6 +153,8 @@ static int rule_fill(struct cfg_rule *r, const char *where, const char *pattern,
     } else {
         kind = CFG_PATH_PREFIX;
     }
+    while (skip > 0 && (pattern[skip] == ' ' || pattern[skip] == '\t'))
+        skip++; /* "~ RE", "= /p": nginx's location forms have a blank there */
     if (kind != CFG_PATH_REGEX && pattern[skip] != '/')
         return rbad(msg, msglen, "'%s' is not a path pattern (/PREFIX, =PATH, ~REGEX or ~*REGEX)",
                     pattern);
@@ -217,11 +219,10 @@ static size_t next_word(const char **p, char *buf, size_t len)
     return n;
 }
 
-int config_rule_set(struct config *cfg, const char *name, const char *value, int line,
-                    int *first_line, char *msg, size_t msglen)
+int config_rule_set(struct config *cfg, const char *name, const char *value, int line, char *msg,
+                    size_t msglen)
 {
     size_t nlen = strlen(name);
-    *first_line = 0;
     if (nlen == 0 || nlen > CONFIG_RULE_NAME_MAX)
         return rbad(msg, msglen, "rule name '%s': 1 to %d characters", name, CONFIG_RULE_NAME_MAX);
     char lname[CONFIG_RULE_NAME_MAX + 1];
@@ -240,7 +241,6 @@ int config_rule_set(struct config *cfg, const char *name, const char *value, int
             n_user++;
     }
     if (r != NULL && r->line != 0) {
-        *first_line = r->line;
         return rbad(msg, msglen, "rule %s: already set on line %d", lname, r->line);
     }
 
@@ -284,6 +284,15 @@ int config_rule_set(struct config *cfg, const char *name, const char *value, int
         char why[CONFIG_RULES_MSG_MAX];
         snprintf(why, sizeof(why), "%s", msg);
         return rbad(msg, msglen, "rule %s: %s", lname, why);
+    }
+    if (policy == CFG_RULE_HIDE_ETAG && fresh.where_kind == CFG_WHERE_HOST) {
+        rule_clear(&fresh);
+        /* the cache key has no host: chunks filled through another host of the object's
+         * identifier would keep the ETag, and one object would look like two versions */
+        return rbad(msg, msglen,
+                    "rule %s: hide_etag applies to * or a service (the cache key has no host), "
+                    "not to '%s'",
+                    lname, where);
     }
     fresh.policy = policy;
     fresh.line = line;

@@ -66,10 +66,13 @@ static void usage(FILE *fp)
 {
     fprintf(fp,
             "usage: cacheparty [-c FILE] [-t] [-V] [-h]\n"
+            "       cacheparty [-c FILE] dns --ip ADDR [--ip ADDR...] [--service-ip NAME=ADDR...]\n"
+            "                  [--skip NAME...] [--format dnsmasq|unbound|hosts|rpz]\n"
             "  -c FILE  configuration file (default %s)\n"
             "  -t       check the configuration, print a summary and exit\n"
             "  -V       print the version and exit\n"
-            "  -h       this help\n",
+            "  -h       this help\n"
+            "  dns      print DNS overrides pointing the cache-domains lists at the cache\n",
             CONFIG_DEFAULT_PATH);
 }
 
@@ -83,11 +86,33 @@ static int load_domains(const struct config *cfg, struct domains **out, char *er
     return *out == NULL ? -1 : 0;
 }
 
-/* `cacheparty dns --ip ADDR [--ip ADDR...] [--format F]`: argv starts after "dns". */
+#define DNS_SERVICES_MAX 64
+
+/* The entry of <svc> for service <name> in <o> (added when new), or NULL when full. */
+static struct domains_dns_service *dns_service(struct domains_dns_service *svc, size_t *n,
+                                               const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcasecmp(svc[i].name, name) == 0)
+            return &svc[i];
+    if (*n == DNS_SERVICES_MAX)
+        return NULL;
+    memset(&svc[*n], 0, sizeof(svc[*n]));
+    svc[*n].name = name;
+    return &svc[(*n)++];
+}
+
+/*
+ * `cacheparty dns --ip ADDR [--ip ADDR...] [--service-ip NAME=ADDR...] [--skip NAME...]
+ * [--format F]`: argv starts after "dns". --service-ip gives a service its own addresses,
+ * --skip leaves it out (lancache-dns's <SERVICE>CACHE_IP and DISABLE_<SERVICE>).
+ */
 static int cmd_dns(const struct config *cfg, int argc, char **argv)
 {
     const char *ip[16];
     size_t n_ip = 0;
+    static struct domains_dns_service svc[DNS_SERVICES_MAX];
+    size_t n_svc = 0;
     enum domains_dns_format fmt = DOMAINS_DNS_DNSMASQ;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--ip") == 0 && i + 1 < argc) {
@@ -96,6 +121,30 @@ static int cmd_dns(const struct config *cfg, int argc, char **argv)
                 return 1;
             }
             ip[n_ip++] = argv[++i];
+        } else if ((strcmp(argv[i], "--service-ip") == 0 || strcmp(argv[i], "--skip") == 0) &&
+                   i + 1 < argc) {
+            bool skip = argv[i][2] == 's' && argv[i][3] == 'k';
+            char *arg = argv[++i];
+            char *eq = skip ? NULL : strchr(arg, '=');
+            if (!skip && (eq == NULL || eq == arg || eq[1] == '\0')) {
+                fprintf(stderr, "cacheparty dns: --service-ip takes NAME=ADDR, not '%s'\n", arg);
+                return 1;
+            }
+            if (eq != NULL)
+                *eq = '\0';
+            struct domains_dns_service *s = dns_service(svc, &n_svc, arg);
+            if (s == NULL || (!skip && s->n_ip == ARRAY_SIZE(s->ip))) {
+                fprintf(stderr, "cacheparty dns: too many --service-ip or --skip\n");
+                return 1;
+            }
+            if (skip ? s->n_ip > 0 : s->skip) {
+                fprintf(stderr, "cacheparty dns: %s has both --skip and --service-ip\n", arg);
+                return 1;
+            }
+            if (skip)
+                s->skip = true;
+            else
+                s->ip[s->n_ip++] = eq + 1;
         } else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             if (domains_dns_format_parse(argv[++i], &fmt) < 0) {
                 fprintf(stderr, "cacheparty dns: unknown format '%s'\n", argv[i]);
@@ -122,12 +171,24 @@ static int cmd_dns(const struct config *cfg, int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    int rc = domains_dns_export(d, ip, n_ip, fmt, stdout);
+    struct domains_dns_opts o = {ip, n_ip, svc, n_svc, fmt};
+    int rc = domains_dns_export_opts(d, &o, stdout);
     domains_free(&d);
     if (rc == -EINVAL) {
         fprintf(stderr, "cacheparty dns: not a usable IPv4 or IPv6 address among:");
         for (size_t i = 0; i < n_ip; i++)
             fprintf(stderr, " '%s'", ip[i]);
+        for (size_t i = 0; i < n_svc; i++)
+            for (size_t k = 0; k < svc[i].n_ip; k++)
+                fprintf(stderr, " '%s'", svc[i].ip[k]);
+        fprintf(stderr, "\n");
+        return 1;
+    }
+    if (rc == -ESRCH) {
+        fprintf(stderr, "cacheparty dns: a --service-ip or --skip names no service of %s:",
+                cfg->cache_domains);
+        for (size_t i = 0; i < n_svc; i++)
+            fprintf(stderr, " %s", svc[i].name);
         fprintf(stderr, "\n");
         return 1;
     }

@@ -267,14 +267,14 @@ class Rules(H.CPTestCase):
         self.assertEqual(self.origin.last().method, "HEAD")
 
     def test_cli_prints_the_rules_in_order(self):
-        d = self.start({"gw2-latest64": "off", "mine": "hide_etag files.example.org =/a"})
+        d = self.start({"gw2-latest64": "off", "mine": "bypass files.example.org =/a"})
         out = subprocess.run([H.binary_path(), "-t", "-c", d.ini], capture_output=True,
                              text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
         rules = [x for x in out.stdout.splitlines() if x.startswith("rule ")]
         with open(d.ini) as f:
-            line = f.read().splitlines().index("mine = hide_etag files.example.org =/a") + 1
-        self.assertEqual(rules[0], "rule mine: hide_etag files.example.org =/a (%s:%d)"
+            line = f.read().splitlines().index("mine = bypass files.example.org =/a") + 1
+        self.assertEqual(rules[0], "rule mine: bypass files.example.org =/a (%s:%d)"
                          % (d.ini, line))
         self.assertEqual([x.split(":")[0] for x in rules[1:]],
                          ["rule lol-releaselisting", "rule lol-version", "rule gw2-latest64",
