@@ -7,13 +7,18 @@ log (HIT, MISS, ranges, the heartbeat, 403, 404, 508, 400, HEAD, a query string,
   - lancache-manager's line regex, which needs the literal "/ - - -", and its quoted-field reader;
   - DeveLanCacheUI's tokenizer: 15 tokens split at spaces, where "...", [...], (...) and {...} are
     one token each and '\\' escapes the next character;
-  - lancache-stats' regex, whose cache status is HIT, MISS or -.
+  - lancache-stats' regex, whose cache status is HIT, MISS or -;
+  - Lancache-Monitoring's line regex (any four words between the client and the date, the
+    request's method and URI, status, bytes, then the cache status and host as the 3rd and 4th of
+    the five quoted fields) and its time layout (nginx's $time_local), with ::ffff: stripped.
 Every field must come back equal to what was sent, once nginx's \\xHH escapes are undone; HOST is
 the Host lowercased without its port; the identifier of an answer with no service is the Host."""
 
+import datetime
 import json
 import os
 import re
+import socket
 
 import harness as H
 
@@ -26,6 +31,27 @@ CONTRACT_RE = re.compile(r'^\[(\S+)\] (\S+) / (\S+) - (\S+) \[([^\]]+)\] "([^"]*
 LM_RE = re.compile(r'^\[(?P<svc>[^\]]+)\] (?P<ip>\S+) / - - - \[(?P<time>[^\]]+)\] (?P<rest>.*)$')
 STATS_RE = re.compile(r'^\[(\S+)\] (\S+) / \S+ - \S+ \[([^\]]+)\] "(\S+) (\S+) ([^"]+)" (\d{3}) '
                       r'(\d+) "([^"]*)" "([^"]*)" "(HIT|MISS|-)" "([^"]*)" "([^"]*)"$')
+
+MON_RE = re.compile(r'^\[\S+\] (\S+) \S+ \S+ \S+ \S+ \[([^\]]+)\] "(\S+) (\S+)[^"]*" (\d+) (\d+) '
+                    r'"[^"]*" "[^"]*" "([^"]*)" "([^"]*)" "[^"]*"')
+
+
+def monitoring(line):
+    """Lancache-Monitoring's parse: (client, time, method, uri, status, bytes, cache, host) or
+    None when its regex or its time layout refuses the line."""
+    m = MON_RE.match(line)
+    if m is None:
+        return None
+    try:
+        t = datetime.datetime.strptime(m.group(2), "%d/%b/%Y:%H:%M:%S %z")
+    except ValueError:
+        return None
+    addr = m.group(1)
+    if addr.startswith("::ffff:") and "." in addr:
+        addr = addr[7:]
+    return (addr, t, m.group(3), m.group(4), int(m.group(5)), int(m.group(6)), m.group(7),
+            m.group(8))
+
 
 UAS = ['plain/1.0', 'quote"inside', 'back\\slash', 'trailing\\', 'caf\xe9 \xff',
        'brackets [x] {y} (z)']
@@ -140,6 +166,12 @@ class CachelogParsers(H.CPTestCase):
                 s = STATS_RE.match(line)
                 self.assertIsNotNone(s, line)
                 self.assertEqual(unescape(s.group(5)), target)
+            mon = monitoring(line)
+            self.assertIsNotNone(mon, line)
+            self.assertEqual(mon[0], "127.0.0.1")
+            self.assertEqual((mon[2], unescape(mon[3]), mon[4], mon[6]),
+                             (method, target, status, cs), line)
+            self.assertEqual(mon[7], host.lower().split(":")[0])
         # the 400's line: a head that did not parse has no Host to name, nor a request line
         toks = develan_tokens(lines[-1])
         self.assertEqual(toks[0], "[-]")
@@ -150,6 +182,44 @@ class CachelogParsers(H.CPTestCase):
         self.assertIn('"quote\\x22inside"', ua_line)
         self.assertIn('"trailing\\x5C"', lines[3])
         self.assertIn('"caf\\xE9 \\xFF"', lines[4])
+
+    def test_ipv6_client_line_parses_in_every_parser(self):
+        try:
+            probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            probe.bind(("::1", 0))
+            probe.close()
+        except OSError:
+            self.skipTest("no IPv6 loopback here")
+        port6 = H.free_port()
+        self.setup_proxy({"server": {"listen": "127.0.0.1:%d, [::1]:%d" % (H.free_port(), port6)},
+                          "domains": {"cache_domains": LISTS, "allow_unlisted": "no"}})
+        # (the daemon opens its listeners one after the other: wait for the second)
+        def connect():
+            try:
+                return H.Client(port6, host="::1")
+            except ConnectionRefusedError:
+                return None
+        c = H.wait_until(connect, 10 * H.SLOW, 0.02, "the [::1] listener")
+        self._clients.append(c)
+        c.request("/b19/v6/size/100", host=HOST, headers=[("User-Agent", "v6 client")])
+        r = c.read_response()
+        self.assertStatus(r, 200)
+        line = self.lines(1)[0]
+        toks = develan_tokens(line)
+        self.assertEqual(len(toks), 15, line)
+        self.assertEqual(toks[1], "::1")
+        self.assertIsNotNone(CONTRACT_RE.match(line), line)
+        lm = LM_RE.match(line)
+        self.assertIsNotNone(lm, line)
+        self.assertEqual(lm.group("ip"), "::1")
+        self.assertEqual(len(quoted_fields(lm.group("rest"))), 8, line)
+        s = STATS_RE.match(line)
+        self.assertIsNotNone(s, line)
+        self.assertEqual(s.group(2), "::1")
+        mon = monitoring(line)
+        self.assertIsNotNone(mon, line)
+        self.assertEqual((mon[0], mon[2], mon[3], mon[4], mon[5], mon[6], mon[7]),
+                         ("::1", "GET", "/b19/v6/size/100", 200, 100, "MISS", HOST))
 
     def test_json_has_monolithics_keys(self):
         self.setup_proxy({"log": {"access_format": "json"}})
