@@ -216,7 +216,8 @@ int config_parse_hostport(const char *s, uint16_t default_port, struct cfg_hostp
 /*
  * The rule that applies to a request for <path>[0..path_len) (without the query; "" means "/")
  * of host <host> (lowercase, no port) under cache identifier <ident>, or NULL (the first
- * enabled rule that matches, see [rules] above). Allocation-free; regexec is reentrant.
+ * enabled rule that matches, see [rules] above). No allocation for paths under 1 KiB; regexec is
+ * reentrant.
  */
 const struct cfg_rule *config_rule_for(const struct config *cfg, const char *ident,
                                        const char *host, const char *path, size_t path_len);

@@ -83,11 +83,14 @@ static const unsigned conn_next[] = {
     [CONN_S_READ_HEAD] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_RESOLVE) |
                          CONN_TO(CONN_S_CACHE_HEAD) | CONN_TO(CONN_S_SHARE) |
                          CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
-    /* (CACHE_HEAD: a revalidation hands the request back to the cache path) */
+    /* (CACHE_HEAD: a revalidation hands the request back to the cache path; RESOLVE: which,
+     * for a HEAD whose object it no longer finds, hands it on to the pass path again) */
     [CONN_S_RESOLVE] = CONN_TO(CONN_S_UPSTREAM) | CONN_TO(CONN_S_CACHE_HEAD) |
-                       CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+                       CONN_TO(CONN_S_RESOLVE) | CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) |
+                       CONN_TO(CONN_S_CLOSING),
     [CONN_S_UPSTREAM] = CONN_TO(CONN_S_STREAM) | CONN_TO(CONN_S_CACHE_HEAD) |
-                        CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
+                        CONN_TO(CONN_S_RESOLVE) | CONN_TO(CONN_S_READ_HEAD) |
+                        CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     [CONN_S_STREAM] = CONN_TO(CONN_S_READ_HEAD) | CONN_TO(CONN_S_FLUSH) | CONN_TO(CONN_S_CLOSING),
     /* (RESOLVE: handed over to the pass path; SHARE: to the share path) */
     [CONN_S_CACHE_HEAD] = CONN_TO(CONN_S_CACHE_BODY) | CONN_TO(CONN_S_RESOLVE) |

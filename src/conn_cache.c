@@ -264,6 +264,7 @@ void conn_cache_begin(struct conn *c)
     if (c->head_req) {
         /* HEAD never fills the cache: answer from a stored chunk, else forward it. */
         if (c->force || !get_chunk(c, 0, 0, true)) {
+            c->reval_status = NULL; /* (revalidated, then gone: the origin answers it) */
             conn_hand_over(c, &conn_pass_responder);
             return;
         }
@@ -271,6 +272,8 @@ void conn_cache_begin(struct conn *c)
         uint64_t first = first_byte(c), cs = cache_chunk_size(c->ctx->cache);
         get_chunk(c, first / cs, first % cs, false);
         c->first_miss = c->ck_created;
+        if (c->ck_created)
+            c->reval_status = NULL; /* revalidated, then evicted: a fill, a MISS after all */
     }
     conn_set_state(c, CONN_S_CACHE_HEAD);
 }

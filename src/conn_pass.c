@@ -26,11 +26,11 @@
  * - 304: the stored copy is served (the cache path again: REVALIDATED);
  * - another 2xx: the object changed: the stored copy is dropped and the request goes to the
  *   cache path, which fetches and stores the new one (MISS);
- * - 5xx, a refused or timed-out connection, a name that does not resolve: the stored copy is
- *   served (STALE);
+ * - 500, 502, 503, 504 (lancache's proxy_cache_use_stale list), a refused or timed-out
+ *   connection, a name that does not resolve: the stored copy is served (STALE);
  * - 403, 404, 410: the answer is passed to the client and the stored copy dropped;
- * - anything else (a redirect, another 4xx): the answer is passed to the client, the stored
- *   copy kept.
+ * - anything else (a redirect, another 4xx or 5xx): the answer is passed to the client, the
+ *   stored copy kept.
  * The conditional request's answer body is never read (upstream_cancel) unless it is passed on.
  */
 #include <errno.h>
@@ -168,7 +168,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             reval_back(c, NULL, 0);
             return;
         }
-        if (st >= 500) {
+        if (st == 500 || st == 502 || st == 503 || st == 504) { /* lancache's use_stale list */
             log_info("conn#%u %s: revalidation: origin %s answered %d: serving the stored copy",
                      c->id, c->peer, c->auth.host, st);
             reval_back(c, "STALE", st);

@@ -136,29 +136,28 @@ static void dns_dnsmasq(const struct dns_ctx *x, const struct dom_entry *e, cons
         dm_line(x, true, name, t);
 }
 
-/* Whether <s>[0..len) is a redirect zone of unbound's output: a wildcard "*.z" whose base z is
- * listed too, with the same target (not left out). Returns the wildcard's entry or NULL. */
+/* Whether <s>[0..len) is a zone of unbound's output: a wildcard "*.z" whose base z is listed
+ * too, with the same target (or both left out). Returns the wildcard's entry or NULL. */
 static const struct dom_entry *ub_zone_at(const struct dns_ctx *x, const char *s, size_t len)
 {
     uint64_t h = domains_name_hash(s, len);
     const struct dom_entry *w = domains_entry_find(x->d, s, len, h, true);
     const struct dom_entry *ex = domains_entry_find(x->d, s, len, h, false);
-    return w != NULL && ex != NULL && tgt_of(x, w) == tgt_of(x, ex) && tgt_of(x, w) != NULL ? w
-                                                                                            : NULL;
+    return w != NULL && ex != NULL && tgt_of(x, w) == tgt_of(x, ex) ? w : NULL;
 }
 
-/* The outermost redirect zone that contains <name> (<name> itself or an ancestor), or NULL: only
- * the outermost of nested ones is written (zones do not nest here). */
-static const struct dom_entry *ub_zone_of(const struct dns_ctx *x, const char *name, size_t len)
+/* The innermost zone strictly above <name> (an ancestor), or NULL. Zones nest in unbound: the
+ * most specific local-zone decides. */
+static const struct dom_entry *ub_zone_above(const struct dns_ctx *x, const char *name, size_t len)
 {
-    for (size_t i = len; i-- > 0;) { /* the shortest suffix first */
+    for (size_t i = 0; i < len; i++) { /* the longest suffix first: the innermost */
         if (name[i] != '.')
             continue;
         const struct dom_entry *z = ub_zone_at(x, name + i + 1, len - i - 1);
         if (z != NULL)
             return z;
     }
-    return ub_zone_at(x, name, len);
+    return NULL;
 }
 
 static void ub_data(const struct dns_ctx *x, const char *name, const struct dns_ips *t)
@@ -169,31 +168,35 @@ static void ub_data(const struct dns_ctx *x, const char *name, const struct dns_
 
 /*
  * unbound: a "redirect" local-zone answers its apex and every name below it with the apex's
- * data; local-data of an exact name (a transparent zone) answers that name only, and its other
- * record types with no data. There is no zone for the names below x without x: a wildcard whose
- * base is not listed with the same target cannot be written (a comment says so: use the rpz
- * output, which unbound loads as it is), nor an entry inside a redirect zone whose target
- * differs.
+ * data; a "transparent" one inside it sends its apex and the names below back to normal
+ * resolution; local-data of an exact name outside any zone (a transparent zone of its own)
+ * answers that name only, and its other record types with no data. Zones nest, the most
+ * specific deciding. What cannot be said: the names below x without x (a wildcard whose base
+ * is not listed with the same target), and an entry inside a zone whose target differs that is
+ * not itself a zone (an exact name there would take the names below it along). Those are a
+ * comment line (use the rpz output, which unbound loads as it is).
  */
 static void dns_unbound(const struct dns_ctx *x, const struct dom_entry *e, const char *name)
 {
     const struct domains *d = x->d;
     const struct dns_ips *t = tgt_of(x, e);
-    const struct dom_entry *z = ub_zone_of(x, name, e->len);
-    const char *zname = z != NULL ? d->pool + z->off : NULL;
-    if (z != NULL && z->len == e->len && memcmp(zname, name, e->len) == 0) {
-        if (e->wild) { /* the zone itself, written once (by its wildcard entry) */
+    const struct dom_entry *above = ub_zone_above(x, name, e->len);
+    const struct dns_ips *ta = tgt_of(x, above); /* NULL: normal resolution there */
+    if (ub_zone_at(x, name, e->len) != NULL) {
+        if (!e->wild || t == ta)
+            return; /* written once, by the wildcard; or the zone above says the same */
+        if (t != NULL) {
             fprintf(x->out, "    local-zone: \"%s.\" redirect\n", name);
             ub_data(x, name, t);
+        } else {
+            fprintf(x->out, "    local-zone: \"%s.\" transparent\n", name);
         }
         return;
     }
-    if (z != NULL) {
-        if (t != tgt_of(x, z))
-            fprintf(x->out,
-                    "    # %s%s: not expressible inside the redirect zone %s (use the rpz "
-                    "format)\n",
-                    e->wild ? "*." : "", name, zname);
+    if (above != NULL) {
+        if (t != ta)
+            fprintf(x->out, "    # %s%s: not expressible inside the zone %s (use the rpz format)\n",
+                    e->wild ? "*." : "", name, d->pool + above->off);
         return;
     }
     if (t == NULL)

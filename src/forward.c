@@ -54,7 +54,6 @@ static void put_field(struct out *o, const char *buf, const struct h1_field *f)
     put(o, "\r\n", 2);
 }
 
-/* X-LanCache-Processed-By: <v> (a chain may be longer than what putf formats) */
 /*
  * lancache's debug fields (add_header X-Upstream-Status $upstream_status, X-Upstream-Response-Time
  * $upstream_response_time): only on an answer made from an origin answer (<upstream_status>
@@ -74,6 +73,7 @@ static void put_upstream(struct out *o, int status, int upstream_status)
     }
 }
 
+/* X-LanCache-Processed-By: <v> (a chain may be longer than what putf formats) */
 static void put_processed_by(struct out *o, const char *v)
 {
     puts_(o, "X-LanCache-Processed-By: ");

@@ -181,7 +181,7 @@ class Rules(H.CPTestCase):
             if self.mode == "drop":
                 ex.close(reset=True)
                 return
-            if self.mode in ("503", "404"):
+            if self.mode in ("503", "404", "501"):
                 ex.send(int(self.mode), b"no\n")
                 return
             etag = '"v%d"' % v
@@ -265,6 +265,30 @@ class Rules(H.CPTestCase):
         self.assertStatus(r, 200)
         self.assertEqual(r.header("X-Upstream-Cache-Status"), "REVALIDATED")
         self.assertEqual(self.origin.last().method, "HEAD")
+
+    def test_review_revalidate_head_of_changed_object(self):
+        """Review: a revalidated HEAD whose object changed (200 to the conditional HEAD): the
+        copy is dropped, the cache path finds nothing stored for a HEAD and hands it on to the
+        pass path again, from UPSTREAM (the daemon aborted there)."""
+        self.start({"svc": "revalidate * /c14/headchg/"})
+        self.versioned_origin()
+        path = "/c14/headchg/file"
+        self.assertBody(self.get(path), path + "/v1", total=SIZE)
+        self.ver[path] = 2
+        r = self.get(path, method="HEAD")
+        self.assertStatus(r, 200)
+        self.assertEqual(r.header("ETag"), '"v2"')
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.assertTrue(self.daemon.running())
+        self.assertBody(self.get(path), path + "/v2", total=SIZE)
+        # a 501 (not in lancache's use_stale list) is passed on, the copy kept
+        self.mode = "501"
+        r = self.get(path)
+        self.assertStatus(r, 501)
+        self.mode = None
+        r = self.get(path)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "REVALIDATED")
+        self.assertBody(r, path + "/v2", total=SIZE)
 
     def test_cli_prints_the_rules_in_order(self):
         d = self.start({"gw2-latest64": "off", "mine": "bypass files.example.org =/a"})
