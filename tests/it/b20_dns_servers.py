@@ -189,6 +189,7 @@ class Server:
         deadline = time.monotonic() + 20 * H.SLOW
         while True:  # ready once it answers (a bounded wait for the process, not a test timing)
             if self.proc.poll() is not None:
+                self.log.close()
                 raise AssertionError("%s exited %s:\n%s" % (name, self.proc.returncode,
                                                             self.text(tmp, name)))
             try:
@@ -245,13 +246,24 @@ class DnsServers(unittest.TestCase):
         return path, out.stdout
 
     # servers ---------------------------------------------------------------------------------
-    def start(self, name, argv, port):
-        s = Server(argv, port, self.tmp, name)
-        self.servers.append(s)
-        return s
+    def start(self, name, make_argv):
+        """Starts the server make_argv(port) builds, on a free port; another port when the one
+        chosen was taken meanwhile (tests run in parallel; the servers bind UDP and TCP)."""
+        for attempt in range(5):
+            port = free_port()
+            try:
+                s = Server(make_argv(port), port, self.tmp, name)
+            except AssertionError as e:
+                if "in use" in str(e) and attempt < 4:
+                    continue
+                raise
+            self.servers.append(s)
+            return s
 
     def dnsmasq(self, conf=None, hosts=None):
-        port = free_udp_port()
+        return self.start("dnsmasq", lambda port: self.dnsmasq_argv(port, conf, hosts))
+
+    def dnsmasq_argv(self, port, conf, hosts):
         argv = [DNSMASQ, "--no-daemon", "--port=%d" % port, "--listen-address=127.0.0.1",
                 "--bind-interfaces", "--no-resolv", "--no-hosts", "--conf-file=/dev/null",
                 "--server=127.0.0.1#%d" % self.up.port,
@@ -262,10 +274,12 @@ class DnsServers(unittest.TestCase):
             argv.append("--conf-file=%s" % conf)
         if hosts:
             argv.append("--addn-hosts=%s" % hosts)
-        return self.start("dnsmasq", argv, port)
+        return argv
 
     def unbound(self, include=None, rpz=None):
-        port = free_udp_port()
+        return self.start("unbound", lambda port: self.unbound_argv(port, include, rpz))
+
+    def unbound_argv(self, port, include, rpz):
         conf = os.path.join(self.tmp, "unbound.conf")
         with open(conf, "w") as f:
             f.write('server:\n  interface: 127.0.0.1\n  port: %d\n  do-ip6: no\n'
@@ -284,10 +298,12 @@ class DnsServers(unittest.TestCase):
         check = subprocess.run(["/usr/sbin/unbound-checkconf", conf], capture_output=True,
                                text=True, timeout=30)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
-        return self.start("unbound", [UNBOUND, "-d", "-c", conf], port)
+        return [UNBOUND, "-d", "-c", conf]
 
     def named(self, rpz):
-        port = free_udp_port()
+        return self.start("named", lambda port: self.named_argv(port, rpz))
+
+    def named_argv(self, port, rpz):
         conf = os.path.join(self.tmp, "named.conf")
         with open(conf, "w") as f:
             f.write('options {\n  directory "%s";\n  pid-file "%s/named.pid";\n'
@@ -308,7 +324,7 @@ class DnsServers(unittest.TestCase):
         argv = [NAMED, "-g", "-c", conf, "-4", "-n", "1"]
         if os.geteuid() == 0:
             argv += ["-u", "root"]
-        return self.start("named", argv, port)
+        return argv
 
     # checks ----------------------------------------------------------------------------------
     def check(self, server, target_of, what, names=None):
@@ -458,12 +474,21 @@ class DnsServers(unittest.TestCase):
             self.servers.remove(s)
 
 
-def free_udp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def free_port():
+    """A loopback port free for both UDP and TCP right now (the servers bind both)."""
+    while True:
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        port = u.getsockname()[1]
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            t.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            t.close()
+            u.close()
 
 
 if __name__ == "__main__":
