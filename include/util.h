@@ -43,6 +43,10 @@ uint64_t util_wall_ms(void);
 /* Case-insensitive compare of <a>[0..alen) with the NUL-terminated <b>. */
 bool util_ieq(const char *a, size_t alen, const char *b);
 
+/* Whether <host> is the name <pat>, or a name below x when <pat> is "*.x" (on a label boundary,
+ * never x itself). Both lowercase, without a trailing dot. */
+bool util_host_pattern_match(const char *pat, const char *host);
+
 /* HTTP's optional whitespace (RFC 9110 §5.6.3): space or tab. */
 static inline bool util_is_ows(char c)
 {

@@ -83,16 +83,6 @@ static const char *const steam_builtin[] = {
     "update6.csgo.wmsj.cn",
 };
 
-/* Whether <host> is the name <pat>, or a subdomain of x when <pat> is "*.x" (a label boundary,
- * never x itself). Both lowercase, without a trailing dot. */
-static bool host_pattern_match(const char *pat, const char *host)
-{
-    if (pat[0] != '*')
-        return strcmp(pat, host) == 0;
-    size_t pl = strlen(pat) - 1, hl = strlen(host); /* pl: ".x" */
-    return hl > pl && memcmp(host + hl - pl, pat + 1, pl) == 0;
-}
-
 size_t admit_steam_builtin(const char *const **names)
 {
     *names = steam_builtin;
@@ -104,10 +94,10 @@ bool admit_is_steam_host(const struct config *cfg, const char *host)
     if (host == NULL || host[0] == '\0')
         return false;
     for (size_t i = 0; i < ARRAY_SIZE(steam_builtin); i++)
-        if (host_pattern_match(steam_builtin[i], host))
+        if (util_host_pattern_match(steam_builtin[i], host))
             return true;
     for (size_t i = 0; i < cfg->n_steam_hosts; i++)
-        if (host_pattern_match(cfg->steam_hosts[i], host))
+        if (util_host_pattern_match(cfg->steam_hosts[i], host))
             return true;
     return false;
 }

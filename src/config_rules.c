@@ -315,15 +315,6 @@ int config_rule_set(struct config *cfg, const char *name, const char *value, int
     return 0;
 }
 
-/* Whether <host> is the host of <pat> ("a.b"), or one of its subdomains for "*.a.b". */
-static bool host_matches(const char *pat, const char *host)
-{
-    if (pat[0] != '*')
-        return strcmp(pat, host) == 0;
-    size_t pl = strlen(pat) - 1, hl = strlen(host);
-    return hl > pl && memcmp(host + hl - pl, pat + 1, pl) == 0;
-}
-
 static bool path_matches(const struct cfg_rule *r, const char *path, size_t len)
 {
     const char *want = r->pattern + r->skip;
@@ -364,7 +355,8 @@ const struct cfg_rule *config_rule_for(const struct config *cfg, const char *ide
         if (r->where_kind == CFG_WHERE_SERVICE &&
             (ident == NULL || strcasecmp(r->where, ident) != 0))
             continue;
-        if (r->where_kind == CFG_WHERE_HOST && (host == NULL || !host_matches(r->where, host)))
+        if (r->where_kind == CFG_WHERE_HOST &&
+            (host == NULL || !util_host_pattern_match(r->where, host)))
             continue;
         if (path_matches(r, path, path_len))
             return r;

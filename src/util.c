@@ -145,3 +145,11 @@ void util_trim_ows(const char **p, size_t *len)
     while (*len > 0 && util_is_ows((*p)[*len - 1]))
         (*len)--;
 }
+
+bool util_host_pattern_match(const char *pat, const char *host)
+{
+    if (pat[0] != '*')
+        return strcmp(pat, host) == 0;
+    size_t pl = strlen(pat) - 1, hl = strlen(host); /* pl: ".x" */
+    return hl > pl && memcmp(host + hl - pl, pat + 1, pl) == 0;
+}
