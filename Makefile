@@ -12,7 +12,7 @@ PYTHON     ?= python3
 # Debian packages the build and the tests need; `make deps` installs the missing ones
 # (python3-fusepy and fuse3: the FUSE filesystem of the disk read-error tests, tests/it/eiofs.py).
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
-            libc-ares-dev libxxhash-dev libjansson-dev python3 clang-format curl valgrind \
+            libc-ares-dev libxxhash-dev libjansson-dev libmd-dev zlib1g-dev python3 clang-format curl valgrind \
             python3-fusepy fuse3
 # The real resolvers tests/it/b20_dns_servers.py loads `cacheparty dns` into, started by the test
 # itself; tests/deps-servers.sh installs them with none of their services enabled or running.
@@ -34,7 +34,7 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DSYSCONFDIR_STR='"$(
              $(OPT) -g $(WARN) $(SANITIZE) \
              -Iinclude -Isrc $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANITIZE) $(LDFLAGS)
-LIBS_ALL = -lev -lhttp_parser -lxxhash $(PKG_LIBS) -lm
+LIBS_ALL = -lev -lhttp_parser -lxxhash -lmd -lz $(PKG_LIBS) -lm
 
 SRCS     := $(wildcard src/*.c)
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)

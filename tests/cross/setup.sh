@@ -24,9 +24,10 @@ esac
 
 # The libraries of DEB_DEPS (Makefile), runtime + development package each.
 LIBS="libev4 libev-dev libhttp-parser2.9 libhttp-parser-dev libinih1 libinih-dev libc-ares2
-      libc-ares-dev libxxhash0 libxxhash-dev libjansson4 libjansson-dev libcmocka0 libcmocka-dev"
+      libc-ares-dev libxxhash0 libxxhash-dev libjansson4 libjansson-dev libcmocka0 libcmocka-dev
+      libmd0 libmd-dev zlib1g zlib1g-dev"
 NATIVE_WATCH="libev-dev libhttp-parser-dev libhttp-parser2.9 libinih-dev libc-ares-dev
-              libxxhash-dev libjansson-dev libcmocka-dev"
+              libxxhash-dev libjansson-dev libcmocka-dev libmd-dev zlib1g-dev"
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
