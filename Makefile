@@ -14,9 +14,10 @@ PYTHON     ?= python3
 DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev libcmocka-dev \
             libc-ares-dev libxxhash-dev libjansson-dev libmd-dev zlib1g-dev python3 clang-format curl valgrind \
             python3-fusepy fuse3
-# The real resolvers tests/it/b20_dns_servers.py loads `cacheparty dns` into, started by the test
-# itself; tests/deps-servers.sh installs them with none of their services enabled or running.
-DEB_SERVERS := dnsmasq-base unbound bind9
+# The real servers tests start themselves: the resolvers tests/it/b20_dns_servers.py loads
+# `cacheparty dns` into, and the nginx that tests/it/b21_lancache.py fills a lancache cache with;
+# tests/deps-servers.sh installs them with none of their services enabled or running.
+DEB_SERVERS := dnsmasq-base unbound bind9 nginx
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align

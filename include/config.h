@@ -60,6 +60,9 @@ enum cfg_access_format { CFG_ACCESS_CACHELOG = 0, CFG_ACCESS_JSON };
 /* [domains] steam_user_agent: off; Steam's content hosts (built-in list + steam_hosts); any host.
  */
 enum cfg_steam_ua { CFG_STEAM_UA_NO = 0, CFG_STEAM_UA_YES, CFG_STEAM_UA_ANY };
+/* [cache] lancache_migrate: serve lancache's files in place only, copy them into our chunks, or
+ * move them (the nginx file removed once our chunk is durable). */
+enum cfg_migrate { CFG_MIGRATE_OFF = 0, CFG_MIGRATE_COPY, CFG_MIGRATE_MOVE };
 #define CONFIG_MAX_STEAM_HOSTS 64 /* [domains] steam_hosts entries */
 
 /*
@@ -134,6 +137,12 @@ struct config {
     uint64_t answers_memory; /* [cache] answers_memory: the fresh non-object answers kept */
     uint64_t chunk_size;     /* power of two, 4K .. 64M */
     uint64_t max_age_ms;
+    /* lancache's cache trees served in place and moved into ours (cache_lancache.c) */
+    char *lancache_dirs[CONFIG_MAX_DIRS];
+    size_t n_lancache_dirs;
+    uint64_t lancache_slice_size; /* must equal chunk_size when there is a lancache_dir */
+    uint64_t lancache_settle_ms;  /* a younger nginx file is not adopted (nginx may write it) */
+    enum cfg_migrate lancache_migrate;
 
     /* [domains] */
     char *cache_domains; /* NULL when empty */

@@ -155,7 +155,52 @@
     X(cache_disk_chunks, gauge, "cache_chunks", "disk", "chunk files (from the disk index)")       \
     X(cache_io_pending, gauge, "cache_disk_io_pending", NULL, "disk jobs queued or running")       \
     X(cache_dirs_down, gauge, "cache_dirs_down", NULL,                                             \
-      "cache dirs in pass-through after a disk error")
+      "cache dirs in pass-through after a disk error")                                             \
+    X(lancache_served, counter, "lancache_slices_total", "served",                                 \
+      "chunks served from lancache's files")                                                       \
+    X(lancache_migrated, counter, "lancache_slices_total", "migrated",                             \
+      "chunks written into the cache from lancache's files")                                       \
+    X(lancache_removed, counter, "lancache_slices_total", "removed",                               \
+      "lancache files removed once moved (lancache_migrate = move)")                               \
+    X(lancache_paused, gauge, "lancache_move_paused", NULL,                                        \
+      "1 while moving lancache's files waits for room under disk_size or min_free")                \
+    X(lancache_skip_not_file, counter, "lancache_skipped_total", "not_file",                       \
+      "lancache not regular files (symlinks, directories)")                                        \
+    X(lancache_skip_temp, counter, "lancache_skipped_total", "temp",                               \
+      "lancache nginx temporary files")                                                            \
+    X(lancache_skip_name, counter, "lancache_skipped_total", "name",                               \
+      "lancache names that are not nginx cache file names")                                        \
+    X(lancache_skip_young, counter, "lancache_skipped_total", "young",                             \
+      "lancache files younger than lancache_settle")                                               \
+    X(lancache_skip_short, counter, "lancache_skipped_total", "short",                             \
+      "lancache files shorter than their header")                                                  \
+    X(lancache_skip_layout, counter, "lancache_skipped_total", "layout",                           \
+      "lancache files without nginx's KEY line")                                                   \
+    X(lancache_skip_version, counter, "lancache_skipped_total", "version",                         \
+      "lancache files of another nginx cache format")                                              \
+    X(lancache_skip_offsets, counter, "lancache_skipped_total", "offsets",                         \
+      "lancache files whose header offsets disagree")                                              \
+    X(lancache_skip_crc, counter, "lancache_skipped_total", "crc",                                 \
+      "lancache files whose key crc32 differs")                                                    \
+    X(lancache_skip_vary, counter, "lancache_skipped_total", "vary", "lancache Vary variants")     \
+    X(lancache_skip_md5, counter, "lancache_skipped_total", "md5",                                 \
+      "lancache files not named md5 of their key")                                                 \
+    X(lancache_skip_key, counter, "lancache_skipped_total", "key",                                 \
+      "lancache keys not in lancache's slice form")                                                \
+    X(lancache_skip_head, counter, "lancache_skipped_total", "head",                               \
+      "lancache unparsable stored heads")                                                          \
+    X(lancache_skip_status, counter, "lancache_skipped_total", "status",                           \
+      "lancache statuses lancache does not cache")                                                 \
+    X(lancache_skip_range, counter, "lancache_skipped_total", "range",                             \
+      "lancache Content-Ranges that disagree with the key")                                        \
+    X(lancache_skip_length, counter, "lancache_skipped_total", "length",                           \
+      "lancache bodies of the wrong length")                                                       \
+    X(lancache_skip_chunked, counter, "lancache_skipped_total", "chunked",                         \
+      "lancache 200s stored without a length")                                                     \
+    X(lancache_skip_version_differs, counter, "lancache_skipped_total", "version_differs",         \
+      "lancache slices of another version than the object's")                                      \
+    X(lancache_skip_io, counter, "lancache_skipped_total", "io",                                   \
+      "lancache files that could not be read")
 
 /*
  * F(name, type, label, source, help): the families exported first, in this order, before the
@@ -195,7 +240,11 @@
     F(tls_bytes_total, counter, "direction", FIELDS,                                               \
       "bytes relayed by the TLS passthrough (up: client to origin, down: origin to client)")       \
     F(tls_refused_total, counter, "reason", FIELDS,                                                \
-      "TLS connections closed before or instead of being relayed, by reason")
+      "TLS connections closed before or instead of being relayed, by reason")                      \
+    F(lancache_slices_total, counter, "result", FIELDS,                                            \
+      "lancache's slices: served in place, migrated into the cache, nginx files removed")          \
+    F(lancache_skipped_total, counter, "reason", FIELDS,                                           \
+      "lancache files not adopted (never served), by reason")
 
 struct stats {
 #define STATS_X(name, type, family, label, help) uint64_t name;

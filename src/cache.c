@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -64,6 +65,16 @@ _Static_assert(OBJHEAD_DATE_MAX == CHUNKFILE_DATE_MAX, "stored Date bound");
 #define CACHE_SHARD_RETRY_S 30
 #define CACHE_MAX_CHUNKS (1ull << 26) /* an object of more chunks is not cached */
 
+#define CACHE_LC_MOVES 8     /* lancache files being moved at once */
+#define CACHE_LC_LOGGED 4096 /* refused lancache files logged once (by path hash) */
+
+/* A lancache file being written into the cache: its object and chunks. */
+struct lc_busy {
+    bool used;
+    uint8_t obj[16];
+    uint64_t first, last;
+};
+
 struct objver {
     uint8_t obj[16];
     uint64_t total;
@@ -72,6 +83,8 @@ struct objver {
     struct objhead *head; /* owns a ref: the version's stored head (see struct cache_meta) */
     uint64_t renewed_by;  /* the refetch (cache_refetch_id) that stored <head>, 0: none */
     uint64_t last_use;    /* c->objver_clock when last looked up or set (LRU in its set) */
+    bool lancache;        /* the version came from lancache's files: a chunk without a file of
+                             ours may be in them (read-ahead leaves it to its reader's lookup) */
 };
 
 struct verified {
@@ -123,6 +136,13 @@ struct cache {
     struct cache_filler filler; /* where disk misses go (none: they fail) */
     struct cache_seen_tab seen; /* delivered-byte records of evicted chunks (cache_seen.c) */
     struct cache_stats st;
+    /* lancache's trees ([cache] lancache_dir, cache_lancache.c) */
+    char **lc_dirs; /* owns */
+    size_t n_lc_dirs;
+    int64_t lc_settle_s;
+    enum cfg_migrate lc_migrate;
+    struct lc_busy lc_busy[CACHE_LC_MOVES]; /* the moves running */
+    uint64_t lc_logged[CACHE_LC_LOGGED];    /* hashes of the refused files already logged */
 };
 
 static unsigned live_chunks;
@@ -231,6 +251,8 @@ static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
     }
     bool same = v->used && objver_matches(v, m);
     bool renew = refetch != 0 && v->renewed_by != refetch;
+    if (!same)
+        v->lancache = false;
     if (!same || v->head == NULL || (renew && m->head != NULL)) {
         objver_drop_head(c, v);
         if (m->head != NULL &&
@@ -606,6 +628,8 @@ struct load_job {
     size_t hdr_len;
     bool verified_now;
     bool deleted; /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
+    bool skip_own;       /* the disk index knows there is no chunk file: only lancache's */
+    struct lc_query *lc; /* owns: the lancache lookup on a miss (NULL: none) */
 };
 
 struct store_job {
@@ -915,7 +939,220 @@ static void load_report(struct cache *c, const struct load_job *lj, const struct
 
 static void on_load_work(struct iojob *j)
 {
-    load_file(container_of(j, struct load_job, j), true);
+    struct load_job *lj = container_of(j, struct load_job, j);
+    if (lj->skip_own)
+        lj->res = LOAD_MISSING;
+    else
+        load_file(lj, true);
+    /* No usable chunk file of ours (none, damaged, or of the earlier format: deleted then):
+     * lancache's, if it has one. A read error is not a miss: the shard is switched off. */
+    if (lj->lc == NULL || lj->res == LOAD_OK || lj->res == LOAD_ERROR || lj->res == LOAD_UNKNOWN)
+        return;
+    bool missing = lj->res == LOAD_MISSING;
+    cache_lc_find(lj->lc);
+    /* Nothing there: a move may have put its chunk file in place meanwhile (the disk index
+     * learns of it only when the move is done). */
+    if (!lj->lc->any && missing)
+        load_file(lj, true);
+}
+
+/* ---- lancache's files (the loop side of cache_lancache.c) ---------------------------------- */
+
+static uint64_t *lc_stat_of(enum ngxcache_verdict v)
+{
+    switch (v) {
+    case NGXCACHE_NOT_FILE: return &g_stats.lancache_skip_not_file;
+    case NGXCACHE_TEMP: return &g_stats.lancache_skip_temp;
+    case NGXCACHE_NAME: return &g_stats.lancache_skip_name;
+    case NGXCACHE_YOUNG: return &g_stats.lancache_skip_young;
+    case NGXCACHE_SHORT: return &g_stats.lancache_skip_short;
+    case NGXCACHE_LAYOUT: return &g_stats.lancache_skip_layout;
+    case NGXCACHE_VERSION: return &g_stats.lancache_skip_version;
+    case NGXCACHE_OFFSETS: return &g_stats.lancache_skip_offsets;
+    case NGXCACHE_CRC: return &g_stats.lancache_skip_crc;
+    case NGXCACHE_VARY: return &g_stats.lancache_skip_vary;
+    case NGXCACHE_MD5: return &g_stats.lancache_skip_md5;
+    case NGXCACHE_KEY: return &g_stats.lancache_skip_key;
+    case NGXCACHE_HEAD: return &g_stats.lancache_skip_head;
+    case NGXCACHE_STATUS: return &g_stats.lancache_skip_status;
+    case NGXCACHE_RANGE: return &g_stats.lancache_skip_range;
+    case NGXCACHE_LENGTH: return &g_stats.lancache_skip_length;
+    case NGXCACHE_CHUNKED: return &g_stats.lancache_skip_chunked;
+    case NGXCACHE_VERSION_DIFFERS: return &g_stats.lancache_skip_version_differs;
+    case NGXCACHE_OK:
+    case NGXCACHE_IO:
+    case NGXCACHE_N_VERDICTS: break;
+    }
+    return &g_stats.lancache_skip_io;
+}
+
+/* Counts a refused lancache file, and logs it the first time (per path). */
+static void lc_refused(struct cache *c, enum ngxcache_verdict why, const char *path)
+{
+    (*lc_stat_of(why))++;
+    uint64_t h = XXH3_64bits(path, strlen(path)) | 1u;
+    uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
+    if (*slot == h)
+        return;
+    *slot = h;
+    log_warn("cache: lancache file %s not used (%s: %s): the slice is fetched from the origin",
+             path, ngxcache_verdict_name(why), ngxcache_verdict_text(why));
+}
+
+struct lc_move_job {
+    struct iojob j;
+    struct cache *c;
+    struct chunk *ck; /* a ref: owns the nginx file's fd and the meta the move borrows */
+    unsigned shard;
+    struct lc_busy *busy;
+    struct lc_move mv;
+};
+
+static void on_lc_move_work(struct iojob *j)
+{
+    cache_lc_migrate(&container_of(j, struct lc_move_job, j)->mv);
+}
+
+static void on_lc_move_done(struct iojob *j)
+{
+    struct lc_move_job *mj = container_of(j, struct lc_move_job, j);
+    struct cache *c = mj->c;
+    struct lc_move *mv = &mj->mv;
+    uint64_t now = util_wall_ms();
+    for (uint64_t i = 0; i <= mv->last - mv->first; i++)
+        if (mv->bytes != NULL && mv->bytes[i] > 0) {
+            diskidx_add(c->didx, mv->obj, mv->first + i, mv->bytes[i], now);
+            g_stats.lancache_migrated++;
+            g_stats.cache_disk_writes++;
+        }
+    if (mv->removed)
+        g_stats.lancache_removed++;
+    if (mv->rc < 0) {
+        g_stats.cache_disk_write_errors++;
+        log_warn("cache: cannot move lancache file %s into the cache: %s (served from it "
+                 "meanwhile; tried again when next asked)",
+                 mv->ngx_path, strerror(-mv->rc));
+        if (shard_error(-mv->rc, SHARD_STORE))
+            shard_fail(c, mj->shard, SHARD_STORE, -mv->rc);
+    }
+    mj->busy->used = false;
+    free(mv->bytes);
+    cache_chunk_unref(&mj->ck);
+    free(mj);
+}
+
+/* Starts writing lancache chunk <ck> (sealed from the nginx file of <q>) into the cache. */
+static void lc_move_start(struct cache *c, struct chunk *ck, const struct lc_query *q)
+{
+    if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing)
+        return;
+    unsigned shard = shard_of(c, ck->obj);
+    if (shard_down(c, shard, SHARD_STORE))
+        return;
+    uint64_t first = ck->index, last = ck->index;
+    if (q->whole) { /* one file holds every chunk: all of them move at once */
+        first = 0;
+        last = range_chunk_count(ck->meta.total, c->chunk_size) - 1;
+    }
+    struct lc_busy *slot = NULL;
+    for (size_t i = 0; i < CACHE_LC_MOVES; i++) {
+        struct lc_busy *b = &c->lc_busy[i];
+        if (!b->used) {
+            if (slot == NULL)
+                slot = b;
+        } else if (memcmp(b->obj, ck->obj, 16) == 0 && first <= b->last && b->first <= last) {
+            return; /* moving already */
+        }
+    }
+    if (slot == NULL)
+        return; /* enough moves running: a later request moves it */
+    uint64_t need = q->whole ? ck->meta.total : ck->cap;
+    if (!diskidx_has_room(c->didx, shard, need + CHUNKFILE_HDR_MAX)) {
+        if (g_stats.lancache_paused == 0)
+            log_warn("cache: moving lancache's files paused: the cache is at disk_size or "
+                     "min_free (never evicting what was moved); its slices are served in place "
+                     "meanwhile");
+        g_stats.lancache_paused = 1;
+        return;
+    }
+    if (g_stats.lancache_paused != 0)
+        log_info("cache: moving lancache's files resumed");
+    g_stats.lancache_paused = 0;
+    struct lc_move_job *mj = xcalloc(1, sizeof(*mj));
+    mj->c = c;
+    mj->ck = cache_chunk_ref(ck);
+    mj->shard = shard;
+    mj->busy = slot;
+    slot->used = true;
+    memcpy(slot->obj, ck->obj, 16);
+    slot->first = first;
+    slot->last = last;
+    struct lc_move *mv = &mj->mv;
+    mv->fd = ck->fd;
+    mv->off0 = ck->body_off - (off_t)((ck->index - first) * c->chunk_size);
+    mv->first = first;
+    mv->last = last;
+    mv->chunk_size = c->chunk_size;
+    mv->shard_dir = c->dirs[shard];
+    memcpy(mv->obj, ck->obj, 16);
+    mv->seq = ++c->tmp_seq;
+    mv->remove = c->lc_migrate == CFG_MIGRATE_MOVE;
+    snprintf(mv->ngx_path, sizeof(mv->ngx_path), "%s", q->path);
+    mv->dev = q->sb.st_dev;
+    mv->ino = q->sb.st_ino;
+    struct chunkfile_meta *m = &mv->m;
+    m->chunk_size = c->chunk_size;
+    m->total = ck->meta.total;
+    m->key = ck->key;
+    m->key_len = ck->key_len;
+    m->etag = ck->meta.etag;
+    m->etag_len = strlen(ck->meta.etag);
+    m->last_modified = ck->meta.last_modified;
+    m->last_modified_len = strlen(ck->meta.last_modified);
+    m->content_type = ck->meta.content_type;
+    m->content_type_len = strlen(ck->meta.content_type);
+    const struct objhead *h = ck->meta.head;
+    if (h != NULL) {
+        m->date = h->date;
+        m->date_len = h->date_len;
+        m->fields = h->text;
+        m->fields_len = h->len;
+        m->response_time = h->response_time;
+        m->initial_age = h->initial_age;
+    }
+    mj->j.work = on_lc_move_work;
+    mj->j.done = on_lc_move_done;
+    iopool_submit(c->io, &mj->j);
+}
+
+/* Turns a lancache file found for <ck> into a SEALED disk chunk sending from it; false when it
+ * was refused (then counted and logged) or there was none. */
+static bool lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck)
+{
+    if (q->why != NGXCACHE_OK) {
+        if (q->any)
+            lc_refused(c, q->why, q->path);
+        return false;
+    }
+    const struct objver *v = objver_get(c, ck->obj);
+    if (v != NULL && !objver_matches(v, &q->meta)) {
+        lc_refused(c, NGXCACHE_VERSION_DIFFERS, q->path);
+        return false;
+    }
+    ck->state = CHUNK_S_SEALED;
+    chunk_take_meta(ck, &q->meta, objver_set(c, ck->obj, &q->meta, 0));
+    objver_find(c, ck->obj)->lancache = true;
+    cache_meta_clear(&q->meta);
+    ck->meta_known = true;
+    ck->cap = ck->len = q->data_len;
+    ck->fd = q->fd;
+    q->fd = -1;
+    ck->body_off = q->body_off;
+    ASSERT(ck->seen == NULL); /* bytes cached before: a hit */
+    ck->seen = cache_seen_tab_find(&c->seen, ck->obj, ck->index);
+    g_stats.lancache_served++;
+    lc_move_start(c, ck, q);
+    return true;
 }
 
 /* The chunk stays in FILLING until here; it becomes a sealed disk chunk or the filler's. */
@@ -927,7 +1164,10 @@ static void on_load_done(struct iojob *j)
     ASSERT(ck->loading && ck->state == CHUNK_S_FILLING);
     ck->loading = false;
     load_report(c, lj, ck);
-    if (lj->res == LOAD_OK && load_accept(c, lj, ck)) {
+    bool found = lj->res == LOAD_OK && load_accept(c, lj, ck);
+    if (!found && lj->res != LOAD_OK && lj->lc != NULL && !c->closing)
+        found = lc_accept(c, lj->lc, ck);
+    if (found) {
         table_remove(c, ck); /* disk chunks live with their readers only */
         chunk_notify(ck);
     } else if (c->closing || (!ck->in_table && ck->refs == 1)) {
@@ -945,6 +1185,10 @@ static void on_load_done(struct iojob *j)
     free(ck->origin);
     ck->origin = NULL;
     cache_meta_clear(&lj->meta);
+    if (lj->lc != NULL) {
+        cache_lc_fini(lj->lc);
+        free(lj->lc);
+    }
     free(lj->key_own);
     free(lj);
     cache_chunk_unref(&ck);
@@ -1083,6 +1327,35 @@ static void disk_store(struct cache *c, struct chunk *ck)
     iopool_submit(c->io, &sj->j);
 }
 
+/* Adds the lancache lookup of a miss to <lj> (NULL: the disk index knows of no chunk file; then a
+ * job for lancache's files alone). Returns the job, or NULL when there is nothing to look up. */
+static struct load_job *lc_attach(struct cache *c, struct load_job *lj, const char *key,
+                                  size_t key_len, const uint8_t obj[16], uint64_t index,
+                                  const struct origin_req *origin)
+{
+    struct lc_query *q = xmalloc(sizeof(*q));
+    if (!cache_lc_prepare(q, key, key_len, origin, index)) {
+        free(q);
+        return lj;
+    }
+    q->dirs = c->lc_dirs;
+    q->n_dirs = c->n_lc_dirs;
+    q->slice = c->chunk_size;
+    q->settle_s = c->lc_settle_s;
+    q->check_siblings = objver_get(c, obj) == NULL;
+    if (lj == NULL) {
+        lj = load_job_new(c, key, key_len, obj, index);
+        if (lj == NULL) {
+            cache_lc_fini(q);
+            free(q);
+            return NULL;
+        }
+        lj->skip_own = true;
+    }
+    lj->lc = q;
+    return lj;
+}
+
 /* ---- the API ------------------------------------------------------------------------------ */
 
 enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_len, uint64_t index,
@@ -1126,6 +1399,8 @@ enum cache_lookup cache_chunk_get(struct cache *c, const char *key, size_t key_l
     }
     struct load_job *lj =
         !force && disk_may_have(c, obj, index) ? load_job_new(c, key, key_len, obj, index) : NULL;
+    if (!force && origin != NULL && c->n_lc_dirs > 0)
+        lj = lc_attach(c, lj, key, key_len, obj, index, origin);
     if (lj != NULL) {
         /* Looked up on disk by the I/O pool; readers wait on it as on a fetch. */
         ck = chunk_new(c, key, key_len, obj, index);
@@ -1266,13 +1541,20 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     if (shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     int known = diskidx_lookup(c->didx, obj, index);
-    if (known >= 0)
-        return known == 1;
-    /* The start-up scan has not seen it yet: ask the filesystem (as the scan itself does). */
-    char path[PATH_MAX];
-    struct stat sb;
-    return chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, index) == 0 &&
-           stat(path, &sb) == 0;
+    bool have = known == 1;
+    if (known < 0) {
+        /* The start-up scan has not seen it yet: ask the filesystem (as the scan itself does). */
+        char path[PATH_MAX];
+        struct stat sb;
+        have = chunkfile_path(path, sizeof(path), shard_dir(c, obj), obj, index) == 0 &&
+               stat(path, &sb) == 0;
+    }
+    if (!have && c->n_lc_dirs > 0) {
+        /* Not ours: in lancache's files, perhaps, when the object's version came from them. */
+        const struct objver *v = objver_find(c, obj);
+        have = v != NULL && v->lancache;
+    }
+    return have;
 }
 
 size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
@@ -1686,6 +1968,10 @@ int cache_check_dirs(const struct config *cfg, char *err, size_t errlen)
         if (check_marker(cfg->dirs[i], cfg->chunk_size, &found, err, errlen) < 0)
             return -1;
     }
+    for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
+        if (cache_lc_check_dir(cfg->lancache_dirs[i], cfg->lancache_migrate == CFG_MIGRATE_MOVE,
+                               err, errlen) < 0)
+            return -1;
     return 0;
 }
 
@@ -1740,11 +2026,33 @@ static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t e
     return 0;
 }
 
+/* Says, once at start, when lancache's filesystem holds more than disk_size lets the cache take
+ * (the used space of its filesystem: an estimate, exact for a volume of its own). */
+static void lc_size_warning(const struct config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_lancache_dirs; i++) {
+        struct statvfs vs;
+        if (statvfs(cfg->lancache_dirs[i], &vs) < 0)
+            continue;
+        uint64_t used = (uint64_t)(vs.f_blocks - vs.f_bfree) * vs.f_frsize;
+        if (used > cfg->disk_size)
+            log_warn("cache: lancache_dir %s: its filesystem holds %llu MiB, more than disk_size "
+                     "(%llu MiB): moving pauses at disk_size and the rest is served in place",
+                     cfg->lancache_dirs[i], (unsigned long long)(used >> 20),
+                     (unsigned long long)(cfg->disk_size >> 20));
+    }
+}
+
 struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen)
 {
     for (size_t i = 0; i < cfg->n_dirs; i++)
         if (prepare_dir(cfg->dirs[i], cfg->chunk_size, err, errlen) < 0)
             return NULL;
+    for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
+        if (cache_lc_check_dir(cfg->lancache_dirs[i], cfg->lancache_migrate == CFG_MIGRATE_MOVE,
+                               err, errlen) < 0)
+            return NULL;
+    lc_size_warning(cfg);
     struct cache *c = xcalloc(1, sizeof(*c));
     c->magic = CACHE_MAGIC;
     c->loop = loop;
@@ -1783,6 +2091,12 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     ev_timer_init(&c->notify_ev, on_notify, 0., 0.);
     ev_set_priority(&c->notify_ev, EV_MAXPRI);
     c->didx = diskidx_new(loop, c->dirs, c->n_dirs, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
+    c->n_lc_dirs = cfg->n_lancache_dirs;
+    c->lc_dirs = xcalloc(c->n_lc_dirs + 1, sizeof(*c->lc_dirs));
+    for (size_t i = 0; i < c->n_lc_dirs; i++)
+        c->lc_dirs[i] = xstrdup(cfg->lancache_dirs[i]);
+    c->lc_settle_s = (int64_t)(cfg->lancache_settle_ms / 1000);
+    c->lc_migrate = cfg->lancache_migrate;
     return c;
 }
 
@@ -1792,6 +2106,8 @@ void cache_reconfigure(struct cache *c, const struct config *cfg)
     c->budget = cfg->memory_size;
     anstore_set_limit(c->answers, (size_t)cfg->answers_memory);
     diskidx_set_limits(c->didx, cfg->disk_size, cfg->min_free, cfg->max_age_ms);
+    c->lc_settle_s = (int64_t)(cfg->lancache_settle_ms / 1000);
+    c->lc_migrate = cfg->lancache_migrate;
     mem_notify(c); /* a larger budget may let waiting fills go on */
 }
 
@@ -1822,6 +2138,9 @@ void cache_free(struct cache **cp)
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);
     free(c->dirs);
+    for (size_t i = 0; i < c->n_lc_dirs; i++)
+        free(c->lc_dirs[i]);
+    free(c->lc_dirs);
     free(c->buckets);
     for (size_t i = 0; i < CACHE_OBJ_SLOTS; i++)
         objver_clear(c, &c->objs[i]);

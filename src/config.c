@@ -73,7 +73,8 @@ struct cfg_key {
 
 static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool, parse_steam_ua,
     parse_steam_hosts, parse_addr_list, parse_addr_opt, parse_hostname, parse_dns,
-    parse_hostport_opt, parse_dirs, parse_path_opt, parse_path, parse_level, parse_format;
+    parse_hostport_opt, parse_dirs, parse_migrate, parse_path_opt, parse_path, parse_level,
+    parse_format;
 
 /*
  * Every key, in the order of conf/cacheparty.ini (which documents each). Fields left out are 0:
@@ -187,6 +188,8 @@ static const struct cfg_key cfg_keys[] = {
     {.section = "cache",
      .name = "dir",
      .parse = parse_dirs,
+     .off = offsetof(struct config, dirs),
+     .off2 = offsetof(struct config, n_dirs),
      .list = true,
      .def = "/var/cache/cacheparty",
      .fixed = "cannot change live: kept"},
@@ -226,6 +229,27 @@ static const struct cfg_key cfg_keys[] = {
      .off = offsetof(struct config, max_age_ms),
      .min = 1,
      .def = "3650d"},
+    {.section = "cache",
+     .name = "lancache_dir",
+     .parse = parse_dirs,
+     .off = offsetof(struct config, lancache_dirs),
+     .off2 = offsetof(struct config, n_lancache_dirs),
+     .list = true,
+     .def = "",
+     .fixed = "cannot change live: kept"},
+    {.section = "cache",
+     .name = "lancache_slice_size",
+     .parse = parse_size,
+     .off = offsetof(struct config, lancache_slice_size),
+     .min = 1,
+     .def = "1M",
+     .fixed = "cannot change live: kept"},
+    {.section = "cache",
+     .name = "lancache_settle",
+     .parse = parse_duration,
+     .off = offsetof(struct config, lancache_settle_ms),
+     .def = "600s"},
+    {.section = "cache", .name = "lancache_migrate", .parse = parse_migrate, .def = "move"},
 
     {.section = "domains",
      .name = "cache_domains",
@@ -904,31 +928,49 @@ static int parse_hostport_opt(struct config *cfg, const struct cfg_key *key, con
     return 0;
 }
 
+/* A list of directories: char *[CONFIG_MAX_DIRS] at key->off, its count (size_t) at key->off2. */
 static int parse_dirs(struct config *cfg, const struct cfg_key *key, const char *val, bool append,
                       char *msg, size_t msglen)
 {
     char tok[CONFIG_TOKEN_MAX];
     const char *p = val;
+    char **dirs = field(cfg, key->off);
+    size_t *n = field(cfg, key->off2);
     int rc;
 
-    (void)key;
     if (!append) {
-        for (size_t i = 0; i < cfg->n_dirs; i++)
-            free(cfg->dirs[i]);
-        cfg->n_dirs = 0;
+        for (size_t i = 0; i < *n; i++) {
+            free(dirs[i]);
+            dirs[i] = NULL;
+        }
+        *n = 0;
     }
     while ((rc = next_token(&p, tok, sizeof(tok))) != 0) {
         if (rc < 0)
             return bad(msg, msglen, "'%s...' is too long", tok);
-        for (size_t i = 0; i < cfg->n_dirs; i++) {
-            if (strcmp(cfg->dirs[i], tok) == 0)
+        for (size_t i = 0; i < *n; i++) {
+            if (strcmp(dirs[i], tok) == 0)
                 return bad(msg, msglen, "'%s' is listed twice", tok);
         }
-        if (cfg->n_dirs == CONFIG_MAX_DIRS)
+        if (*n == CONFIG_MAX_DIRS)
             return bad(msg, msglen, "too many directories (at most %d)", CONFIG_MAX_DIRS);
-        cfg->dirs[cfg->n_dirs++] = xstrdup(tok);
+        dirs[(*n)++] = xstrdup(tok);
     }
     return 0;
+}
+
+static int parse_migrate(struct config *cfg, const struct cfg_key *key, const char *val,
+                         bool append, char *msg, size_t msglen)
+{
+    static const char *const names[] = {"off", "copy", "move"};
+    (void)key;
+    (void)append;
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+        if (strcasecmp(val, names[i]) == 0) {
+            cfg->lancache_migrate = (enum cfg_migrate)i;
+            return 0;
+        }
+    return bad(msg, msglen, "'%s' is not move, copy or off", val);
 }
 
 static int parse_path_opt(struct config *cfg, const struct cfg_key *key, const char *val,
@@ -1147,6 +1189,20 @@ static void check_whole(struct load_ctx *ctx)
         fail_at(ctx, line != 0 ? line : line_of(ctx, "cache", "chunk_size"),
                 "[cache] disk_size: %s is less than chunk_size (%s)", a, b);
     }
+    if (cfg->n_lancache_dirs > 0 && cfg->lancache_slice_size != cfg->chunk_size) {
+        int line = line_of(ctx, "cache", "lancache_slice_size");
+        fmt_size(cfg->lancache_slice_size, a, sizeof(a));
+        fmt_size(cfg->chunk_size, b, sizeof(b));
+        fail_at(ctx, line != 0 ? line : line_of(ctx, "cache", "lancache_dir"),
+                "[cache] lancache_slice_size: lancache's slices (%s, its CACHE_SLICE_SIZE) must be "
+                "the chunk_size (%s): set chunk_size = %s to serve that cache",
+                a, b, a);
+    }
+    for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
+        for (size_t j = 0; j < cfg->n_dirs; j++)
+            if (strcmp(cfg->lancache_dirs[i], cfg->dirs[j]) == 0)
+                fail_at(ctx, line_of(ctx, "cache", "lancache_dir"),
+                        "[cache] lancache_dir: %s is also a cache dir", cfg->dirs[j]);
 }
 
 /* The text of line <n> (1-based) starts with '[' after blanks: a broken section header. */
@@ -1272,6 +1328,8 @@ void config_free(struct config **cfg)
     c = *cfg;
     for (size_t i = 0; i < c->n_dirs; i++)
         free(c->dirs[i]);
+    for (size_t i = 0; i < c->n_lancache_dirs; i++)
+        free(c->lancache_dirs[i]);
     for (size_t i = 0; i < c->n_steam_hosts; i++)
         free(c->steam_hosts[i]);
     config_rules_free(c);
@@ -1380,20 +1438,23 @@ static bool keep_hostport_opt(struct config *n, const struct config *o, const st
 
 static bool keep_dirs(struct config *n, const struct config *o, const struct cfg_key *key)
 {
-    bool same = n->n_dirs == o->n_dirs;
+    char **nd = field(n, key->off);
+    size_t *nn = field(n, key->off2);
+    char *const *od = cfield(o, key->off);
+    const size_t *on = cfield(o, key->off2);
+    bool same = *nn == *on;
 
-    (void)key;
-    for (size_t i = 0; same && i < n->n_dirs; i++)
-        same = strcmp(n->dirs[i], o->dirs[i]) == 0;
+    for (size_t i = 0; same && i < *nn; i++)
+        same = strcmp(nd[i], od[i]) == 0;
     if (same)
         return false;
-    for (size_t i = 0; i < n->n_dirs; i++) {
-        free(n->dirs[i]);
-        n->dirs[i] = NULL;
+    for (size_t i = 0; i < *nn; i++) {
+        free(nd[i]);
+        nd[i] = NULL;
     }
-    for (size_t i = 0; i < o->n_dirs; i++)
-        n->dirs[i] = xstrdup(o->dirs[i]);
-    n->n_dirs = o->n_dirs;
+    for (size_t i = 0; i < *on; i++)
+        nd[i] = xstrdup(od[i]);
+    *nn = *on;
     return true;
 }
 

@@ -484,6 +484,16 @@ static bool over_limits(const struct diskidx *d, unsigned shard)
     return d->min_free > 0 && fs->known && fs->avail < d->min_free;
 }
 
+bool diskidx_has_room(const struct diskidx *d, unsigned shard, uint64_t bytes)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    ASSERT(shard < d->n_shards);
+    if (d->disk_size > 0 && bytes_of(d) + bytes > d->disk_size)
+        return false;
+    const struct fsinfo *fs = &d->fs[d->shards[shard].fs];
+    return !(d->min_free > 0 && fs->known && fs->avail < d->min_free + bytes);
+}
+
 /* Runs the policy soon (from the loop) when a limit is crossed. */
 static void kick(struct diskidx *d, unsigned shard)
 {

@@ -42,13 +42,23 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
     chmod 755 /usr/sbin/policy-rc.d
 fi
 apt-get update -qq
+listed() {
+    dpkg-query -W -f='${Package} ${Status}\n' | awk '/install ok installed$/ {print $1}' | sort -u
+}
+pkgs_before=$(mktemp)
+pkgs_after=$(mktemp)
+listed >"$pkgs_before"
 # shellcheck disable=SC2086
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+listed >"$pkgs_after"
+# Every package this install added, its dependencies too (nginx's unit is in nginx-common).
+added="$missing $(comm -13 "$pkgs_before" "$pkgs_after" | tr '\n' ' ')"
+rm -f "$pkgs_before" "$pkgs_after"
 
 # The units and init scripts of the packages just installed.
 units=""
 inits=""
-for p in $missing; do
+for p in $added; do
     for f in $(dpkg-query -L "$p" 2>/dev/null); do
         case "$f" in
         /lib/systemd/system/*.service | /usr/lib/systemd/system/*.service) units="$units ${f##*/}" ;;
