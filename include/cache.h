@@ -108,6 +108,11 @@ void cache_reconfigure(struct cache *c, const struct config *cfg);
  * holds a cache was written with the configured chunk_size (the check cache_new makes). Returns
  * 0, or -1 with <err> set to the reason start would give. */
 int cache_check_dirs(const struct config *cfg, char *err, size_t errlen);
+/* Whether lancache tree <dir> can be read (and, for <move>, deleted from): its top directory
+ * and one directory of each level. 0, or -1 with one line saying why not in <err>. */
+int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errlen);
+/* The shard (index into the cache dirs) of object hash <obj> among <n_dirs> dirs. */
+unsigned cache_shard_of(size_t n_dirs, const uint8_t obj[16]);
 /* The chunk size, fixed for the cache's life: the one source of it for the fill and readers. */
 uint64_t cache_chunk_size(const struct cache *c);
 

@@ -43,6 +43,7 @@
 #include "diskidx.h"
 #include "iopool.h"
 #include "log.h"
+#include "ngxfile.h"
 #include "objhead.h"
 #include "origin.h"
 #include "range.h"
@@ -627,7 +628,7 @@ struct load_job {
     uint64_t data_len;
     size_t hdr_len;
     bool verified_now;
-    bool deleted; /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
+    bool deleted;        /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
     bool skip_own;       /* the disk index knows there is no chunk file: only lancache's */
     struct lc_query *lc; /* owns: the lancache lookup on a miss (NULL: none) */
 };
@@ -645,9 +646,14 @@ struct store_job {
     char path[PATH_MAX], tmp[PATH_MAX];
 };
 
+unsigned cache_shard_of(size_t n_dirs, const uint8_t obj[16])
+{
+    return obj[0] % (unsigned)n_dirs;
+}
+
 static unsigned shard_of(const struct cache *c, const uint8_t obj[16])
 {
-    return obj[0] % (unsigned)c->n_dirs;
+    return cache_shard_of(c->n_dirs, obj);
 }
 
 static const char *shard_dir(const struct cache *c, const uint8_t obj[16])
@@ -958,38 +964,34 @@ static void on_load_work(struct iojob *j)
 
 /* ---- lancache's files (the loop side of cache_lancache.c) ---------------------------------- */
 
-static uint64_t *lc_stat_of(enum ngxcache_verdict v)
-{
-    switch (v) {
-    case NGXCACHE_NOT_FILE: return &g_stats.lancache_skip_not_file;
-    case NGXCACHE_TEMP: return &g_stats.lancache_skip_temp;
-    case NGXCACHE_NAME: return &g_stats.lancache_skip_name;
-    case NGXCACHE_YOUNG: return &g_stats.lancache_skip_young;
-    case NGXCACHE_SHORT: return &g_stats.lancache_skip_short;
-    case NGXCACHE_LAYOUT: return &g_stats.lancache_skip_layout;
-    case NGXCACHE_VERSION: return &g_stats.lancache_skip_version;
-    case NGXCACHE_OFFSETS: return &g_stats.lancache_skip_offsets;
-    case NGXCACHE_CRC: return &g_stats.lancache_skip_crc;
-    case NGXCACHE_VARY: return &g_stats.lancache_skip_vary;
-    case NGXCACHE_MD5: return &g_stats.lancache_skip_md5;
-    case NGXCACHE_KEY: return &g_stats.lancache_skip_key;
-    case NGXCACHE_HEAD: return &g_stats.lancache_skip_head;
-    case NGXCACHE_STATUS: return &g_stats.lancache_skip_status;
-    case NGXCACHE_RANGE: return &g_stats.lancache_skip_range;
-    case NGXCACHE_LENGTH: return &g_stats.lancache_skip_length;
-    case NGXCACHE_CHUNKED: return &g_stats.lancache_skip_chunked;
-    case NGXCACHE_VERSION_DIFFERS: return &g_stats.lancache_skip_version_differs;
-    case NGXCACHE_OK:
-    case NGXCACHE_IO:
-    case NGXCACHE_N_VERDICTS: break;
-    }
-    return &g_stats.lancache_skip_io;
-}
+/* The counter of each reason a lancache file is refused for (NULL: OK). */
+static uint64_t *const lc_skip_stat[NGXCACHE_N_VERDICTS] = {
+    [NGXCACHE_NOT_FILE] = &g_stats.lancache_skip_not_file,
+    [NGXCACHE_TEMP] = &g_stats.lancache_skip_temp,
+    [NGXCACHE_NAME] = &g_stats.lancache_skip_name,
+    [NGXCACHE_YOUNG] = &g_stats.lancache_skip_young,
+    [NGXCACHE_SHORT] = &g_stats.lancache_skip_short,
+    [NGXCACHE_LAYOUT] = &g_stats.lancache_skip_layout,
+    [NGXCACHE_VERSION] = &g_stats.lancache_skip_version,
+    [NGXCACHE_OFFSETS] = &g_stats.lancache_skip_offsets,
+    [NGXCACHE_CRC] = &g_stats.lancache_skip_crc,
+    [NGXCACHE_VARY] = &g_stats.lancache_skip_vary,
+    [NGXCACHE_MD5] = &g_stats.lancache_skip_md5,
+    [NGXCACHE_KEY] = &g_stats.lancache_skip_key,
+    [NGXCACHE_HEAD] = &g_stats.lancache_skip_head,
+    [NGXCACHE_STATUS] = &g_stats.lancache_skip_status,
+    [NGXCACHE_RANGE] = &g_stats.lancache_skip_range,
+    [NGXCACHE_LENGTH] = &g_stats.lancache_skip_length,
+    [NGXCACHE_CHUNKED] = &g_stats.lancache_skip_chunked,
+    [NGXCACHE_VERSION_DIFFERS] = &g_stats.lancache_skip_version_differs,
+    [NGXCACHE_IO] = &g_stats.lancache_skip_io,
+};
 
 /* Counts a refused lancache file, and logs it the first time (per path). */
 static void lc_refused(struct cache *c, enum ngxcache_verdict why, const char *path)
 {
-    (*lc_stat_of(why))++;
+    ASSERT((unsigned)why < NGXCACHE_N_VERDICTS && lc_skip_stat[why] != NULL);
+    (*lc_skip_stat[why])++;
     uint64_t h = XXH3_64bits(path, strlen(path)) | 1u;
     uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
     if (*slot == h)
@@ -1005,19 +1007,19 @@ struct lc_move_job {
     struct chunk *ck; /* a ref: owns the nginx file's fd and the meta the move borrows */
     unsigned shard;
     struct lc_busy *busy;
-    struct lc_move mv;
+    struct ngxfile_move mv;
 };
 
 static void on_lc_move_work(struct iojob *j)
 {
-    cache_lc_migrate(&container_of(j, struct lc_move_job, j)->mv);
+    ngxfile_move(&container_of(j, struct lc_move_job, j)->mv);
 }
 
 static void on_lc_move_done(struct iojob *j)
 {
     struct lc_move_job *mj = container_of(j, struct lc_move_job, j);
     struct cache *c = mj->c;
-    struct lc_move *mv = &mj->mv;
+    struct ngxfile_move *mv = &mj->mv;
     uint64_t now = util_wall_ms();
     for (uint64_t i = 0; i <= mv->last - mv->first; i++)
         if (mv->bytes != NULL && mv->bytes[i] > 0) {
@@ -1087,7 +1089,7 @@ static void lc_move_start(struct cache *c, struct chunk *ck, const struct lc_que
     memcpy(slot->obj, ck->obj, 16);
     slot->first = first;
     slot->last = last;
-    struct lc_move *mv = &mj->mv;
+    struct ngxfile_move *mv = &mj->mv;
     mv->fd = ck->fd;
     mv->off0 = ck->body_off - (off_t)((ck->index - first) * c->chunk_size);
     mv->first = first;
@@ -1969,8 +1971,8 @@ int cache_check_dirs(const struct config *cfg, char *err, size_t errlen)
             return -1;
     }
     for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
-        if (cache_lc_check_dir(cfg->lancache_dirs[i], cfg->lancache_migrate == CFG_MIGRATE_MOVE,
-                               err, errlen) < 0)
+        if (cache_lancache_check_dir(cfg->lancache_dirs[i],
+                                     cfg->lancache_migrate == CFG_MIGRATE_MOVE, err, errlen) < 0)
             return -1;
     return 0;
 }
@@ -2049,8 +2051,8 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
         if (prepare_dir(cfg->dirs[i], cfg->chunk_size, err, errlen) < 0)
             return NULL;
     for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
-        if (cache_lc_check_dir(cfg->lancache_dirs[i], cfg->lancache_migrate == CFG_MIGRATE_MOVE,
-                               err, errlen) < 0)
+        if (cache_lancache_check_dir(cfg->lancache_dirs[i],
+                                     cfg->lancache_migrate == CFG_MIGRATE_MOVE, err, errlen) < 0)
             return NULL;
     lc_size_warning(cfg);
     struct cache *c = xcalloc(1, sizeof(*c));

@@ -141,22 +141,22 @@ struct lc_query {
     /* In: */
     char *const *dirs; /* borrowed from the cache (fixed for its life) */
     size_t n_dirs;
-    uint64_t slice;         /* lancache's slice size == the chunk size */
-    int64_t settle_s;       /* files younger than this are not adopted */
-    char *prefix;           /* owns: $cacheidentifier$uri of the object */
+    uint64_t slice;   /* lancache's slice size == the chunk size */
+    int64_t settle_s; /* files younger than this are not adopted */
+    char *prefix;     /* owns: $cacheidentifier$uri of the object */
     size_t prefix_len;
     uint64_t index;
-    bool hide_etag;         /* the ETag is not part of the version (a hide_etag rule) */
-    bool check_siblings;    /* the object's version is unknown: the other slices must agree */
+    bool hide_etag;      /* the ETag is not part of the version (a hide_etag rule) */
+    bool check_siblings; /* the object's version is unknown: the other slices must agree */
     /* Out: */
     enum ngxcache_verdict why; /* NGXCACHE_OK: found and usable */
     bool any;                  /* some file was there (why says what was wrong when not OK) */
     char path[PATH_MAX];       /* the file found (or refused) */
     int fd;                    /* owns, when found: the nginx file */
     struct stat sb;
-    off_t body_off;    /* where the chunk's first byte is in <fd> */
-    uint64_t data_len; /* the chunk's length */
-    bool whole;        /* a 200 holding the whole object: every chunk of it is in this file */
+    off_t body_off;         /* where the chunk's first byte is in <fd> */
+    uint64_t data_len;      /* the chunk's length */
+    bool whole;             /* a 200 holding the whole object: every chunk of it is in this file */
     struct cache_meta meta; /* the version and its stored head (a ref) */
 };
 
@@ -169,30 +169,5 @@ bool cache_lc_prepare(struct lc_query *q, const char *key, size_t key_len,
 void cache_lc_find(struct lc_query *q);
 /* Releases what <q> holds (fd, head, prefix). */
 void cache_lc_fini(struct lc_query *q);
-
-/* Writing an adopted file's chunks into the cache (blocking: an I/O thread). */
-struct lc_move {
-    int fd;               /* borrowed: the nginx file (the job holds the chunk that owns it) */
-    off_t off0;           /* where chunk <first> starts in it */
-    uint64_t first, last; /* the chunks it holds (first == last unless a whole-object 200) */
-    uint64_t chunk_size;
-    const char *shard_dir;
-    uint8_t obj[16];
-    uint64_t seq; /* tmp name uniqueness */
-    struct chunkfile_meta m; /* borrows the chunk's key and meta; index and data_len per chunk */
-    bool remove;             /* move: unlink the nginx file once every chunk is durable */
-    char ngx_path[PATH_MAX];
-    dev_t dev;
-    ino_t ino;
-    /* Out: */
-    int rc;               /* 0, or -errno of the first failure (nothing removed then) */
-    uint64_t *bytes;      /* owns: per chunk first..last, the file's bytes on disk (0: not
-                             written, one was there already) */
-    bool removed;
-};
-void cache_lc_migrate(struct lc_move *mv);
-/* Whether cacheparty can read lancache tree <dir> (and, for <move>, delete from it): 0, or -1
- * with one line saying why not in <err>. */
-int cache_lc_check_dir(const char *dir, bool move, char *err, size_t errlen);
 
 #endif

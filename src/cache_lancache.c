@@ -16,6 +16,7 @@
 
 #include "cache_int.h"
 #include "diskidx.h"
+#include "ngxfile.h"
 #include "objhead.h"
 #include "origin.h"
 #include "range.h"
@@ -37,9 +38,9 @@ bool cache_lc_prepare(struct lc_query *q, const char *key, size_t key_len,
     /* A host of no service: lancache's map default is $http_host, the Host header as sent
      * (ours is lowercased, and a host named like a service has a '.' added). */
     size_t al = o->authority != NULL ? strlen(o->authority) : 0;
-    if (al > 0 && ((al == ident_len && strncasecmp(o->authority, ident, al) == 0) ||
-                   (al + 1 == ident_len && ident[al] == '.' &&
-                    strncasecmp(o->authority, ident, al) == 0))) {
+    if (al > 0 &&
+        ((al == ident_len && strncasecmp(o->authority, ident, al) == 0) ||
+         (al + 1 == ident_len && ident[al] == '.' && strncasecmp(o->authority, ident, al) == 0))) {
         ident = o->authority;
         ident_len = al;
     }
@@ -67,156 +68,64 @@ void cache_lc_fini(struct lc_query *q)
     q->prefix = NULL;
 }
 
-/* A field of the stored head into <out> (empty when absent); false when it does not fit. */
-static bool head_value(const struct ngxcache_file *f, const char *name, char *out, size_t cap)
-{
-    const struct h1_field *fl = h1_find(f->head, f->resp.fields, f->resp.n_fields, name);
-    out[0] = '\0';
-    if (fl == NULL)
-        return true;
-    if (fl->value.len >= cap)
-        return false;
-    memcpy(out, f->head + fl->value.off, fl->value.len);
-    out[fl->value.len] = '\0';
-    return true;
-}
-
-/* A checked file: its fd (owned), stat, parse and version (head not made). */
-struct lc_file {
-    int fd;
-    struct stat sb;
-    struct ngxcache_file f;
-    char etag[CHUNKFILE_ETAG_MAX + 1];
-    char last_modified[CHUNKFILE_LAST_MODIFIED_MAX + 1];
-    char content_type[CHUNKFILE_CONTENT_TYPE_MAX + 1];
-};
-
-/*
- * Opens and checks lancache's file for slice <start> of the object in <dir>: NGXCACHE_OK with
- * <lf> filled (lf->fd open), or why not (lf->fd closed); *absent when there is no file at all.
- * <buf> holds NGXCACHE_PREFIX_MAX bytes (the file's parse borrows it).
- */
-static enum ngxcache_verdict check_file(const struct lc_query *q, const char *dir, uint64_t start,
-                                        uint8_t *buf, char *path, size_t path_cap,
-                                        struct lc_file *lf, bool *absent)
+/* Opens lancache's file for slice <start> of the object in <dir> into <nf> (the path in <path>):
+ * its verdict, *<absent> when there is none; the file's key must be the one asked for. */
+static enum ngxcache_verdict open_slice(const struct lc_query *q, const char *dir, uint64_t start,
+                                        struct ngxfile *nf, char *path, size_t path_cap,
+                                        bool *absent)
 {
     char key[NGXCACHE_KEY_MAX];
     *absent = false;
-    lf->fd = -1;
-    if (q->prefix_len + 64 > sizeof(key))
-        return NGXCACHE_KEY;
     ssize_t kl = ngxcache_key(q->prefix, q->prefix_len, "", 0, start, q->slice, key, sizeof(key));
     if (kl < 0 || ngxcache_path(dir, key, (size_t)kl, path, path_cap) < 0)
         return NGXCACHE_KEY;
-    lf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (lf->fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR) {
-            *absent = true;
-            return NGXCACHE_IO;
-        }
-        return errno == ELOOP ? NGXCACHE_NOT_FILE : NGXCACHE_IO;
-    }
-    enum ngxcache_verdict v = NGXCACHE_OK;
-    if (fstat(lf->fd, &lf->sb) < 0) {
-        v = NGXCACHE_IO;
-        goto out;
-    }
-    if (!S_ISREG(lf->sb.st_mode)) {
-        v = NGXCACHE_NOT_FILE;
-        goto out;
-    }
-    if (q->settle_s > 0 && (int64_t)time(NULL) - (int64_t)lf->sb.st_mtime < q->settle_s) {
-        v = NGXCACHE_YOUNG;
-        goto out;
-    }
-    size_t want = lf->sb.st_size < (off_t)NGXCACHE_PREFIX_MAX ? (size_t)lf->sb.st_size
-                                                               : NGXCACHE_PREFIX_MAX;
-    size_t got = 0;
-    while (got < want) {
-        ssize_t r = pread(lf->fd, buf + got, want - got, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    if (got < want) {
-        v = NGXCACHE_IO;
-        goto out;
-    }
-    const char *name = strrchr(path, '/') + 1;
-    v = ngxcache_parse(buf, got, (uint64_t)lf->sb.st_size, name, &lf->f);
-    if (v != NGXCACHE_OK)
-        goto out;
-    if (lf->f.key_len != (size_t)kl || memcmp(lf->f.key, key, (size_t)kl) != 0) {
+    enum ngxcache_verdict v = ngxfile_open(nf, path, q->slice, q->settle_s, q->hide_etag, absent);
+    if (v == NGXCACHE_OK &&
+        (nf->f.key_len != (size_t)kl || memcmp(nf->f.key, key, (size_t)kl) != 0)) {
+        ngxfile_close(nf);
         v = NGXCACHE_KEY;
-        goto out;
-    }
-    v = ngxcache_slice(&lf->f, q->slice, NULL);
-    if (v != NGXCACHE_OK)
-        goto out;
-    if (!(q->hide_etag || head_value(&lf->f, "ETag", lf->etag, sizeof(lf->etag))) ||
-        !head_value(&lf->f, "Last-Modified", lf->last_modified, sizeof(lf->last_modified)) ||
-        !head_value(&lf->f, "Content-Type", lf->content_type, sizeof(lf->content_type)))
-        v = NGXCACHE_HEAD;
-    if (q->hide_etag)
-        lf->etag[0] = '\0';
-out:
-    if (v != NGXCACHE_OK) {
-        close(lf->fd);
-        lf->fd = -1;
     }
     return v;
 }
 
-static bool same_version(const struct lc_file *a, const struct lc_file *b)
-{
-    return a->f.total == b->f.total && strcmp(a->etag, b->etag) == 0 &&
-           strcmp(a->last_modified, b->last_modified) == 0;
-}
-
-/* Whether every other slice of the object found in <dir> is of <lf>'s version (the slice filter's
- * rule: one ETag, one length). Damaged ones are left to their own lookups. <buf> is another
- * NGXCACHE_PREFIX_MAX bytes than the one <lf> borrows. */
-static bool siblings_agree(const struct lc_query *q, const char *dir, const struct lc_file *lf,
-                           uint64_t own_start, uint8_t *buf)
+/* Whether every other slice of the object found in <dir> is of <nf>'s version (the slice
+ * filter's rule: one ETag, one length). Damaged ones are left to their own lookups. */
+static bool siblings_agree(const struct lc_query *q, const char *dir, const struct ngxfile *nf,
+                           uint64_t own_start)
 {
     char path[PATH_MAX];
-    uint64_t n = range_chunk_count(lf->f.total, q->slice);
-    for (uint64_t j = 0; j < n; j++) {
-        if (j * q->slice == own_start)
-            continue;
-        struct lc_file other;
+    struct ngxfile other;
+    ngxfile_init(&other);
+    bool agree = true;
+    uint64_t n = range_chunk_count(nf->f.total, q->slice);
+    for (uint64_t j = 0; j < n && agree; j++) {
         bool absent;
-        if (check_file(q, dir, j * q->slice, buf, path, sizeof(path), &other, &absent) !=
-            NGXCACHE_OK)
+        if (j * q->slice == own_start ||
+            open_slice(q, dir, j * q->slice, &other, path, sizeof(path), &absent) != NGXCACHE_OK)
             continue;
-        bool same = same_version(lf, &other);
-        close(other.fd);
-        if (!same)
-            return false;
+        agree = ngxfile_same_version(nf, &other);
     }
-    return true;
+    ngxfile_fini(&other);
+    return agree;
 }
 
 void cache_lc_find(struct lc_query *q)
 {
-    uint8_t *buf = xmalloc(NGXCACHE_PREFIX_MAX);
+    struct ngxfile nf;
+    ngxfile_init(&nf);
     uint64_t start = q->index * q->slice;
     q->why = NGXCACHE_IO;
     for (size_t d = 0; d < q->n_dirs; d++) {
-        struct lc_file lf;
         bool absent;
         uint64_t at = start;
         char path[PATH_MAX];
-        enum ngxcache_verdict v = check_file(q, q->dirs[d], at, buf, path, sizeof(path), &lf,
-                                             &absent);
+        enum ngxcache_verdict v = open_slice(q, q->dirs[d], at, &nf, path, sizeof(path), &absent);
         if (absent && start > 0) {
             /* An origin that ignored Range: the whole object as a 200 under the first key. */
             at = 0;
-            v = check_file(q, q->dirs[d], 0, buf, path, sizeof(path), &lf, &absent);
-            if (v == NGXCACHE_OK && (lf.f.resp.status != 200 || lf.f.total <= start)) {
-                close(lf.fd);
+            v = open_slice(q, q->dirs[d], 0, &nf, path, sizeof(path), &absent);
+            if (v == NGXCACHE_OK && (nf.f.resp.status != 200 || nf.f.total <= start)) {
+                ngxfile_close(&nf);
                 continue; /* a first slice only: this one is not there */
             }
         }
@@ -227,119 +136,38 @@ void cache_lc_find(struct lc_query *q)
         snprintf(q->path, sizeof(q->path), "%s", path);
         if (v != NGXCACHE_OK)
             break; /* counted and logged by the loop; never served */
-        if (start >= lf.f.total) {
+        if (start >= nf.f.total) {
             q->why = NGXCACHE_RANGE; /* the chunk lies past the object's end */
-            close(lf.fd);
             break;
         }
-        if (q->check_siblings && lf.f.total > q->slice && lf.f.resp.status != 200) {
-            uint8_t *other = xmalloc(NGXCACHE_PREFIX_MAX);
-            bool agree = siblings_agree(q, q->dirs[d], &lf, at, other);
-            free(other);
-            if (!agree) {
-                q->why = NGXCACHE_VERSION_DIFFERS;
-                close(lf.fd);
-                break;
-            }
+        if (q->check_siblings && nf.f.total > q->slice && nf.f.resp.status != 200 &&
+            !siblings_agree(q, q->dirs[d], &nf, at)) {
+            q->why = NGXCACHE_VERSION_DIFFERS;
+            break;
         }
         struct cache_meta *m = &q->meta;
         memset(m, 0, sizeof(*m));
-        m->total = lf.f.total;
-        memcpy(m->etag, lf.etag, sizeof(m->etag));
-        memcpy(m->last_modified, lf.last_modified, sizeof(m->last_modified));
-        memcpy(m->content_type, lf.content_type, sizeof(m->content_type));
-        /* Its fields, as stored by nginx at lf.f.date (the answer's request and response time). */
-        if (objhead_from_response(lf.f.head, &lf.f.resp, (double)lf.f.date, (double)lf.f.date,
+        m->total = nf.f.total;
+        memcpy(m->etag, nf.etag, sizeof(m->etag));
+        memcpy(m->last_modified, nf.last_modified, sizeof(m->last_modified));
+        memcpy(m->content_type, nf.content_type, sizeof(m->content_type));
+        /* Its fields, as stored by nginx at f.date (the answer's request and response time). */
+        if (objhead_from_response(nf.f.head, &nf.f.resp, (double)nf.f.date, (double)nf.f.date,
                                   &m->head) < 0) {
             q->why = NGXCACHE_HEAD;
-            close(lf.fd);
             break;
         }
         uint64_t off0;
-        range_chunk_span(q->index, q->slice, lf.f.total, &off0, &q->data_len);
-        q->body_off = (off_t)(lf.f.body_start + (start - lf.f.first));
-        q->whole = lf.f.resp.status == 200;
-        q->fd = lf.fd;
-        q->sb = lf.sb;
+        range_chunk_span(q->index, q->slice, nf.f.total, &off0, &q->data_len);
+        q->body_off = (off_t)(nf.f.body_start + (start - nf.f.first));
+        q->whole = nf.f.resp.status == 200;
+        q->fd = nf.fd;
+        nf.fd = -1;
+        q->sb = nf.sb;
         q->why = NGXCACHE_OK;
         break;
     }
-    free(buf);
-}
-
-/* fsync of the directory holding <path>: the rename into it is durable. */
-static int sync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return -EINVAL;
-    *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
-static int read_exact(int fd, char *buf, size_t len, off_t off)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(fd, buf + got, len - got, off + (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return -EIO; /* shorter than checked: changed under us */
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-void cache_lc_migrate(struct lc_move *mv)
-{
-    uint64_t n = mv->last - mv->first + 1;
-    mv->bytes = xcalloc(n, sizeof(*mv->bytes));
-    mv->rc = 0;
-    char *body = xmalloc(mv->chunk_size);
-    char path[PATH_MAX], tmp[PATH_MAX];
-    bool durable = mv->remove;
-    for (uint64_t i = 0; i < n && mv->rc == 0; i++) {
-        uint64_t index = mv->first + i, off, len;
-        range_chunk_span(index, mv->chunk_size, mv->m.total, &off, &len);
-        if (chunkfile_path(path, sizeof(path), mv->shard_dir, mv->obj, index) < 0 ||
-            chunkfile_tmp_path(tmp, sizeof(tmp), mv->shard_dir, mv->obj, index, mv->seq) < 0) {
-            mv->rc = -ENAMETOOLONG;
-            break;
-        }
-        struct stat sb;
-        if (stat(path, &sb) == 0)
-            continue; /* there already (a fill stored it, or an earlier move) */
-        mv->rc = read_exact(mv->fd, body, (size_t)len,
-                            mv->off0 + (off_t)((index - mv->first) * mv->chunk_size));
-        if (mv->rc < 0)
-            break;
-        mv->m.index = index;
-        mv->m.data_len = (uint32_t)len;
-        mv->rc = chunkfile_write_tmp(AT_FDCWD, tmp, &mv->m, body, (size_t)len, durable);
-        if (mv->rc == 0)
-            mv->rc = chunkfile_commit(AT_FDCWD, tmp, path);
-        if (mv->rc == 0 && durable)
-            mv->rc = sync_parent(path);
-        if (mv->rc == 0 && stat(path, &sb) == 0)
-            mv->bytes[i] = diskidx_file_bytes(&sb);
-    }
-    free(body);
-    if (mv->rc != 0 || !mv->remove)
-        return;
-    /* Every chunk is durable in the cache: the nginx file goes, if it is still the one read. */
-    struct stat now;
-    if (lstat(mv->ngx_path, &now) == 0 && now.st_dev == mv->dev && now.st_ino == mv->ino)
-        mv->removed = unlink(mv->ngx_path) == 0;
+    ngxfile_fini(&nf);
 }
 
 /* The first subdirectory of <dir> named by two lowercase hex digits, into <out>; false if none. */
@@ -363,7 +191,7 @@ static bool first_level(const char *dir, char *out, size_t cap)
     return found;
 }
 
-int cache_lc_check_dir(const char *dir, bool move, char *err, size_t errlen)
+int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errlen)
 {
     struct stat sb;
     if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
