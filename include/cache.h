@@ -108,6 +108,10 @@ void cache_reconfigure(struct cache *c, const struct config *cfg);
  * holds a cache was written with the configured chunk_size (the check cache_new makes). Returns
  * 0, or -1 with <err> set to the reason start would give. */
 int cache_check_dirs(const struct config *cfg, char *err, size_t errlen);
+/* For a writer beside the daemon (`cacheparty import`): creates the cache dirs and their tmp/
+ * where missing and checks or writes their chunk_size marker, as cache_new() does, but leaves
+ * tmp/ as it is (a running daemon's writes are in it). 0, or -1 with <err>. */
+int cache_dirs_prepare(const struct config *cfg, char *err, size_t errlen);
 /* Whether lancache tree <dir> can be read (and, for <move>, deleted from): its top directory
  * and one directory of each level. 0, or -1 with one line saying why not in <err>. */
 int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errlen);

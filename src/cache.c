@@ -1977,8 +1977,8 @@ int cache_check_dirs(const struct config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* Creates <dir>/tmp, empties it, and checks or writes the chunk_size marker. */
-static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t errlen)
+/* Creates <dir>/tmp, empties it (<clean>), and checks or writes the chunk_size marker. */
+static int prepare_dir(const char *dir, uint64_t chunk_size, bool clean, char *err, size_t errlen)
 {
     char p[PATH_MAX];
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
@@ -2009,6 +2009,8 @@ static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t e
         snprintf(err, errlen, "cache dir %s: %s", p, strerror(errno));
         return -1;
     }
+    if (!clean)
+        return 0;
     DIR *d = opendir(p);
     if (d == NULL) {
         snprintf(err, errlen, "cache dir %s: %s", p, strerror(errno));
@@ -2025,6 +2027,14 @@ static int prepare_dir(const char *dir, uint64_t chunk_size, char *err, size_t e
     closedir(d);
     if (removed > 0)
         log_info("cache: removed %u unfinished chunk files from %s", removed, p);
+    return 0;
+}
+
+int cache_dirs_prepare(const struct config *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < cfg->n_dirs; i++)
+        if (prepare_dir(cfg->dirs[i], cfg->chunk_size, false, err, errlen) < 0)
+            return -1;
     return 0;
 }
 
@@ -2048,7 +2058,7 @@ static void lc_size_warning(const struct config *cfg)
 struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen)
 {
     for (size_t i = 0; i < cfg->n_dirs; i++)
-        if (prepare_dir(cfg->dirs[i], cfg->chunk_size, err, errlen) < 0)
+        if (prepare_dir(cfg->dirs[i], cfg->chunk_size, true, err, errlen) < 0)
             return NULL;
     for (size_t i = 0; i < cfg->n_lancache_dirs; i++)
         if (cache_lancache_check_dir(cfg->lancache_dirs[i],

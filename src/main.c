@@ -31,6 +31,8 @@
 #include "conn.h"
 #include "domains.h"
 #include "fetch.h"
+#include "lcenv.h"
+#include "lcimport.h"
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
@@ -68,11 +70,15 @@ static void usage(FILE *fp)
             "usage: cacheparty [-c FILE] [-t] [-V] [-h]\n"
             "       cacheparty [-c FILE] dns --ip ADDR [--ip ADDR...] [--service-ip NAME=ADDR...]\n"
             "                  [--skip NAME...] [--format dnsmasq|unbound|hosts|rpz]\n"
+            "       cacheparty [-c FILE] import DIR [--dry-run] [--copy] [--jobs N]\n"
+            "       cacheparty config --from-lancache FILE\n"
             "  -c FILE  configuration file (default %s)\n"
             "  -t       check the configuration, print a summary and exit\n"
             "  -V       print the version and exit\n"
             "  -h       this help\n"
-            "  dns      print DNS overrides pointing the cache-domains lists at the cache\n",
+            "  dns      print DNS overrides pointing the cache-domains lists at the cache\n"
+            "  import   move (or copy) a lancache cache tree into the cache dirs\n"
+            "  config   print the INI equivalent to a lancache .env or docker-compose file\n",
             CONFIG_DEFAULT_PATH);
 }
 
@@ -419,6 +425,65 @@ static void raise_fd_limit(const struct config *cfg)
                  (unsigned long long)rl.rlim_cur, cfg->max_connections, (unsigned long long)need);
 }
 
+/* `cacheparty import DIR [--dry-run] [--copy] [--jobs N]`: argv starts after "import". */
+static int cmd_import(const struct config *cfg, const struct domains *d, int argc, char **argv)
+{
+    struct lcimport_opts o = {.jobs = 2, .out = stdout, .progress = stderr};
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dry-run") == 0) {
+            o.dry_run = true;
+        } else if (strcmp(argv[i], "--copy") == 0) {
+            o.copy = true;
+        } else if (strcmp(argv[i], "--jobs") == 0 && i + 1 < argc) {
+            char *end;
+            unsigned long j = strtoul(argv[++i], &end, 10);
+            if (*end != '\0' || j < 1 || j > 64) {
+                fprintf(stderr, "cacheparty import: --jobs takes 1 to 64, not '%s'\n", argv[i]);
+                return 1;
+            }
+            o.jobs = (unsigned)j;
+        } else if (argv[i][0] != '-' && o.dir == NULL) {
+            o.dir = argv[i];
+        } else {
+            fprintf(stderr, "cacheparty import: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (o.dir == NULL) {
+        fprintf(stderr, "cacheparty import: the lancache cache directory is required\n");
+        return 1;
+    }
+    return lcimport_run(cfg, d, &o);
+}
+
+/* `cacheparty config --from-lancache FILE`: argv starts after "config". */
+static int cmd_config(int argc, char **argv)
+{
+    if (argc != 2 || strcmp(argv[0], "--from-lancache") != 0) {
+        fprintf(stderr, "cacheparty config: usage: cacheparty config --from-lancache FILE\n");
+        return 1;
+    }
+    FILE *f = fopen(argv[1], "re");
+    if (f == NULL) {
+        fprintf(stderr, "cacheparty config: %s: %s\n", argv[1], strerror(errno));
+        return 1;
+    }
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof(text), f);
+    bool big = n == sizeof(text);
+    fclose(f);
+    if (big) {
+        fprintf(stderr, "cacheparty config: %s: larger than 1 MiB: not a lancache .env\n", argv[1]);
+        return 1;
+    }
+    if (lcenv_convert(text, n, argv[1], stdout) == 0) {
+        fprintf(stderr, "cacheparty config: %s: no VARIABLE=value line found\n", argv[1]);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = CONFIG_DEFAULT_PATH;
@@ -444,7 +509,10 @@ int main(int argc, char **argv)
         }
     }
     bool dns_cmd = optind < argc && strcmp(argv[optind], "dns") == 0;
-    if (optind < argc && !dns_cmd) {
+    bool import_cmd = optind < argc && strcmp(argv[optind], "import") == 0;
+    if (optind < argc && strcmp(argv[optind], "config") == 0)
+        return cmd_config(argc - optind - 1, argv + optind + 1);
+    if (optind < argc && !dns_cmd && !import_cmd) {
         fprintf(stderr, "cacheparty: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 1;
@@ -466,6 +534,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         config_free(&cfg);
         return 1;
+    }
+    if (import_cmd) {
+        int irc = cmd_import(cfg, doms, argc - optind - 1, argv + optind + 1);
+        domains_free(&doms);
+        config_free(&cfg);
+        return irc;
     }
     if (test_only && cache_check_dirs(cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);

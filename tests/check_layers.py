@@ -50,7 +50,7 @@ origin:    resolver upool upstream
 core:      cache
 fill:      fetch
 client:    conn tlsrelay
-front:     server admin
+front:     server admin lcimport lcenv
 program:   main
 """
 

@@ -15,6 +15,7 @@ header and in the KEY, a temporary name, a Vary variant, a 200 stored chunked, a
 that disagrees with the key, slices of one object with different ETags, a symlink, a directory)
 are never served: each is counted by reason and its bytes come from the origin."""
 
+import hashlib
 import http.client
 import os
 import re
@@ -24,6 +25,7 @@ import struct
 import subprocess
 import time
 import unittest
+import zlib
 
 import harness as H
 
@@ -165,6 +167,11 @@ OBJECTS = [
     ("dl.example.org:8080", None, "/b21/norange/size/2500000",
      "dl.example.org:8080/b21/norange/size/2500000", 2500000),
 ]
+# For import, whose keys come from $uri alone: paths that requests spell one way (the object above
+# asked as "//a/./" is adopted under "/a/", where those requests do not look).
+OBJECTS_PLAIN = OBJECTS[:2] + [
+    ("dl.example.org:8080", None, "/b21/multi/plain/size/3500000",
+     "dl.example.org:8080/b21/multi/plain/size/3500000", 3500000)] + OBJECTS[3:]
 SLICES = 1 + 1 + 4 + 1 + 1  # nginx files
 CHUNKS = 1 + 1 + 4 + 1 + 3  # cacheparty chunks (the 200 holds three)
 
@@ -405,6 +412,278 @@ class Lancache(H.CPTestCase):
         self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("cannot delete from %s" % tree, r.stderr)
         self.assertIn("lancache_migrate = copy", r.stderr)
+
+    # ---- cacheparty import -------------------------------------------------------------------
+    def import_ini(self, extra=None):
+        """A config for `cacheparty import` with our cache dir (self.cache_dir)."""
+        self.cache_dir = getattr(self, "cache_dir", os.path.join(self._tmp, "ourcache"))
+        ov = {"cache": {"dir": self.cache_dir, "lancache_settle": "0"}}
+        for k, v in (extra or {}).items():
+            ov.setdefault(k, {}).update(v)
+        self.checks = getattr(self, "checks", 0) + 1
+        d = H.Daemon(os.path.join(self._tmp, "imp%d" % self.checks), ov, start=False)
+        d.write_config(H.free_port())
+        return d.ini
+
+    def run_import(self, ini, tree, *args):
+        r = subprocess.run([H.binary_path(), "-c", ini, "import", tree] + list(args),
+                           capture_output=True, text=True, timeout=300 * H.SLOW)
+        return r
+
+    @staticmethod
+    def summary(out):
+        """{'adopted': N, 'chunks': N, 'present': N, 'removed': N, 'skipped': {reason: N}}"""
+        m = re.search(r"import: (?:adopted|would adopt) (\d+) files \((\d+) chunks.*already in the "
+                      r"cache: (\d+); lancache files removed: (\d+); temporary files removed: "
+                      r"(\d+)", out)
+        assert m, out
+        sk = re.search(r"import: skipped (\d+) files(.*)", out)
+        assert sk, out
+        reasons = dict((k, int(v)) for k, v in re.findall(r" (\w+)=(\d+)", sk.group(2)))
+        return {"adopted": int(m.group(1)), "chunks": int(m.group(2)),
+                "present": int(m.group(3)), "removed": int(m.group(4)),
+                "temp_removed": int(m.group(5)), "skipped": reasons,
+                "skipped_total": int(sk.group(1))}
+
+    def test_import_moves_a_tree_then_adopts_nothing_new(self):
+        ngx = self.fill(OBJECTS_PLAIN)
+        asked = len(self.origin.requests)
+        ini = self.import_ini()
+        r = self.run_import(ini, ngx.cache, "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("slice size 1048576 bytes, key $cacheidentifier$uri$slice_range", r.stdout)
+        s = self.summary(r.stdout)
+        self.assertEqual((s["adopted"], s["chunks"], s["removed"]), (SLICES, CHUNKS, 0), r.stdout)
+        self.assertEqual(len(ngx.files()), SLICES)
+        self.assertEqual(H.chunk_files(self.cache_dir), [])
+        r = self.run_import(ini, ngx.cache, "--jobs", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        s = self.summary(r.stdout)
+        self.assertEqual((s["adopted"], s["chunks"], s["removed"], s["skipped_total"]),
+                         (SLICES, CHUNKS, SLICES, 0), r.stdout)
+        self.assertIn("import: 100% ", r.stderr)  # the progress (not a terminal: plain lines)
+        self.assertEqual(ngx.files(), [])
+        self.assertEqual(len(H.chunk_files(self.cache_dir)), CHUNKS)
+        r = self.run_import(ini, ngx.cache)
+        s = self.summary(r.stdout)
+        self.assertEqual((s["adopted"], s["chunks"], s["skipped_total"]), (0, 0, 0), r.stdout)
+        d = self.start_daemon({"cache": {"dir": self.cache_dir}}, origin=self.origin,
+                              dns=self.start_dns())
+        self.get_all(d, OBJECTS_PLAIN)
+        self.assertEqual(len(self.origin.requests), asked)
+        self.assertEqual(self.metric(d, "cache_misses_total"), 0)
+
+    def test_import_copy_keeps_files_and_is_idempotent(self):
+        ngx = self.fill(OBJECTS_PLAIN[:3])
+        before = ngx.files()
+        ini = self.import_ini()
+        s = self.summary(self.run_import(ini, ngx.cache, "--copy").stdout)
+        self.assertEqual((s["adopted"], s["chunks"], s["removed"]), (6, 6, 0))
+        self.assertEqual(ngx.files(), before)
+        s = self.summary(self.run_import(ini, ngx.cache, "--copy").stdout)
+        self.assertEqual((s["adopted"], s["present"]), (0, 6))
+        # A move after the copy: everything is there already, so the files just go.
+        s = self.summary(self.run_import(ini, ngx.cache).stdout)
+        self.assertEqual((s["adopted"], s["present"], s["removed"]), (0, 6, 6))
+        self.assertEqual(ngx.files(), [])
+
+    def test_import_counts_a_few_thousand_files_by_reason(self):
+        self.origin = self.start_origin()
+        ngx = Nginx(self._tmp, self.origin.port)
+        planted = {"length": 10, "crc": 10, "vary": 5, "not_file": 5, "young": 4, "unlisted": 6,
+                   "uri": 4, "bypass": 3}
+        objs = []
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", ngx.port, timeout=30)
+
+            def fetch(host, path, ua, size):
+                c.request("GET", path, headers={"Host": host, "User-Agent": ua or "x"})
+                r = c.getresponse()
+                body = r.read()
+                self.assertEqual(r.status, 200, path)
+                self.assertEqual(len(body), size)
+
+            for i in range(2400):
+                size = 2048 + (i % 7) * 512
+                path = "/b21/many/%d/chunk/%s/size/%d" % (i, SHA, size)
+                fetch(STEAM_HOST, path, STEAM_UA, size)
+                objs.append(("steam", path, size))
+            for i in range(planted["unlisted"]):  # allow_unlisted = no below
+                path = "/b21/unl/%d/size/4096" % i
+                fetch("files.example.org", path, None, 4096)
+            for i in range(planted["uri"]):  # escapes: requests spell it more than one way
+                path = "/b21/esc%%20%d/size/4096" % i
+                fetch(STEAM_HOST, path, STEAM_UA, 4096)
+            for i in range(planted["bypass"]):  # lancache's League exception (a built-in rule)
+                path = "/b21/lol/releaselisting_%d/size/4096" % i
+                fetch(STEAM_HOST, path, STEAM_UA, 4096)
+            c.close()
+        finally:
+            ngx.stop()
+        files = ngx.files()
+        self.assertEqual(len(files), 2400 + planted["unlisted"] + planted["uri"] + planted["bypass"])
+        old = time.time() - 7200
+        for f in files:
+            os.utime(f, (old, old))
+        by_key = {ngx_key_of(f): f for f in files}
+
+        def slot(i):
+            return by_key["steam%sbytes=0-1048575" % objs[i][1]]
+
+        k = 0
+        for _ in range(planted["length"]):
+            p = slot(k)
+            k += 1
+            with open(p, "r+b") as f:
+                f.truncate(os.path.getsize(p) - 3)
+            os.utime(p, (old, old))
+        for _ in range(planted["crc"]):
+            p = slot(k)
+            k += 1
+            with open(p, "r+b") as f:
+                f.seek(49)
+                b = f.read(1)
+                f.seek(49)
+                f.write(bytes([b[0] ^ 0x40]))
+            os.utime(p, (old, old))
+        for _ in range(planted["vary"]):
+            p = slot(k)
+            k += 1
+            with open(p, "r+b") as f:
+                f.seek(187)
+                f.write(b"\x02")
+            os.utime(p, (old, old))
+        for j in range(planted["not_file"]):
+            p = slot(k)
+            k += 1
+            os.rename(p, p + ".real")
+            if j % 2:
+                os.symlink(p + ".real", p)
+            else:
+                os.mkdir(p)
+        for _ in range(planted["young"]):
+            p = slot(k)
+            k += 1
+            os.utime(p, None)  # now: younger than lancache_settle
+        temps = 7
+        for _ in range(temps):
+            p = slot(k)
+            k += 1
+            os.rename(p, p + ".0000000042")
+        good = 2400 - k
+        planted["temp"] = temps
+        # the renamed originals of the not_file ones are foreign names
+        planted["name"] = planted["not_file"]
+        ini = self.import_ini({"cache": {"lancache_settle": "600s"},
+                               "domains": {"allow_unlisted": "no"}})
+        r = self.run_import(ini, ngx.cache, "--jobs", "4")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        s = self.summary(r.stdout)
+        self.assertEqual(s["adopted"], good, r.stdout)
+        self.assertEqual(s["chunks"], good)
+        self.assertEqual(s["skipped"], planted, r.stdout)
+        self.assertEqual(s["temp_removed"], temps)
+        self.assertEqual(len(H.chunk_files(self.cache_dir)), good)
+        # A second run: nothing new; what was refused is refused again (temp files are gone).
+        r = self.run_import(ini, ngx.cache, "--jobs", "2")
+        s2 = self.summary(r.stdout)
+        self.assertEqual((s2["adopted"], s2["present"]), (0, 0), r.stdout)
+        again = dict(planted)
+        del again["temp"]
+        self.assertEqual(s2["skipped"], again, r.stdout)
+        # And the daemon serves what was adopted, without the origin.
+        asked = len(self.origin.requests)
+        d = self.start_daemon({"cache": {"dir": self.cache_dir}}, origin=self.origin,
+                              dns=self.start_dns())
+        for i in range(k, 2400, 97):
+            r = self.get(objs[i][1], host=STEAM_HOST, headers=[("User-Agent", STEAM_UA)], daemon=d)
+            self.assertStatus(r, 200)
+            self.assertBody(r, objs[i][1], total=objs[i][2])
+        self.assertEqual(len(self.origin.requests), asked)
+
+    def test_import_refuses_what_it_does_not_understand(self):
+        ini = self.import_ini()
+        tree = os.path.join(self._tmp, "notngx")
+        os.makedirs(os.path.join(tree, "ab", "cd"))
+        with open(os.path.join(tree, "ab", "cd", "0123456789abcdef0123456789abcdef"), "wb") as f:
+            f.write(b"hello" * 100)
+        r = self.run_import(ini, tree)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not a lancache cache", r.stderr)
+        tree2 = os.path.join(self._tmp, "flat")
+        os.makedirs(tree2)
+        with open(os.path.join(tree2, "file.txt"), "w") as f:
+            f.write("x")
+        r = self.run_import(ini, tree2)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("levels=2:2", r.stderr)
+        # lancache with 2 MiB slices, chunk_size 1M: refused, saying what to set
+        ngx = self.fill(OBJECTS[3:4])
+        f = ngx.files()[0]
+        with open(f, "rb") as fh:
+            data = fh.read()
+        key = ngx_key_of(f)
+        newkey = key.replace("bytes=0-1048575", "bytes=0-2097151").encode()
+        hdr = bytearray(data[:336])
+        rest = data[336 + 6 + len(key) + 1:]
+        struct.pack_into("<I", hdr, 48, zlib.crc32(newkey))
+        hs = 336 + 6 + len(newkey) + 1
+        bs = struct.unpack_from("<H", hdr, 56)[0] - (336 + 6 + len(key) + 1) + hs
+        struct.pack_into("<HH", hdr, 54, hs, bs)
+        h = hashlib.md5(newkey).hexdigest()
+        tree3 = os.path.join(self._tmp, "two")
+        os.makedirs(os.path.join(tree3, h[30:32], h[28:30]))
+        with open(os.path.join(tree3, h[30:32], h[28:30], h), "wb") as fh:
+            fh.write(bytes(hdr) + b"\nKEY: " + newkey + b"\n" + rest)
+        r = self.run_import(ini, tree3)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("2097152-byte slices", r.stderr)
+        self.assertIn("CACHE_SLICE_SIZE", r.stderr)
+
+    def test_kill_9_during_moves_loses_nothing(self):
+        """`kill -9` of import and of the daemon while they move, at whatever point each is
+        reached: afterwards every object is served byte-exact without the origin."""
+        objs = [(STEAM_HOST, STEAM_UA, "/b21/k9/%d/chunk/%s/size/%d" % (i, SHA, 300000 + i),
+                 "", 300000 + i) for i in range(120)]
+        objs += [("dl.example.org:8080", None, "/b21/k9big/%d/size/%d" % (i, 3 * MIB + 5), "",
+                  3 * MIB + 5) for i in range(6)]
+        ngx = self.fill(objs)
+        total = len(ngx.files())
+        ini = self.import_ini()
+        for round_ in range(3):
+            left = len(ngx.files())
+            if left == 0:
+                break
+            p = subprocess.Popen([H.binary_path(), "-c", ini, "import", ngx.cache, "--jobs", "2"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # Kill once some files have moved (or when it ends first, which is fine too).
+            H.wait_until(lambda: p.poll() is not None or len(ngx.files()) < left - 5 * (round_ + 1),
+                         60 * H.SLOW, what="import progress")
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        # The daemon moves the rest while serving, killed too.
+        asked = len(self.origin.requests)
+        for round_ in range(2):
+            d = self.serve(ngx, "move")
+            for host, ua, path, _, size in objs[round_ * 40:(round_ + 1) * 40]:
+                hdrs = [("User-Agent", ua)] if ua else []
+                r = self.get(path, host=host, headers=hdrs, daemon=d)
+                self.assertStatus(r, 200)
+                self.assertBody(r, path, total=size)
+            d.proc.kill()
+            d.proc.wait()
+            d.expect_rc = -9
+        # A final import finishes the move; every slice is somewhere, every byte right.
+        r = self.run_import(ini, ngx.cache)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(ngx.files(), [])
+        d = self.start_daemon({"cache": {"dir": self.cache_dir}}, origin=self.origin,
+                              dns=self.start_dns())
+        self.get_all(d, objs)
+        self.assertEqual(len(self.origin.requests), asked, "a slice was lost")
+        self.assertEqual(self.metric(d, "integrity_failures_total"), 0)
+        self.assertGreater(total, 0)
 
     def test_start_refuses_a_slice_size_other_than_chunk_size(self):
         tree = os.path.join(self._tmp, "tree")
