@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * test_ngxcache: nginx proxy_cache files as lancache writes them. The 64-bit header is the byte
- * layout of a file written by Debian's nginx 1.22 on x86_64 (docs/lancache-format.md: the field
- * values of its first slice); the 32-bit time_t layout is built here by the ABI rules (not checked
- * against files of a 32-bit nginx). Every check of ngxcache_parse and ngxcache_slice is driven to
- * its verdict, and $uri normalisation, the key and the md5 path are checked against nginx's rules
- * and known md5 values.
+ * test_ngxcache: nginx proxy_cache files as lancache writes them: two files written by Debian's
+ * nginx 1.22 on x86_64 with lancache's configuration (fixtures_ngxcache.h), and files built here
+ * in the 64-bit layout those have and in the 32-bit time_t layout, which follows the ABI rules
+ * (not checked against files of a 32-bit nginx). Every check of ngxcache_parse and ngxcache_slice
+ * is driven to its verdict, and $uri normalisation, the key and the md5 path are checked against
+ * nginx's rules and known md5 values.
  */
 #include "ngxcache.h"
 
@@ -19,6 +19,8 @@
 #include <zlib.h>
 
 #include <cmocka.h>
+
+#include "fixtures_ngxcache.h"
 
 #define SLICE (1024u * 1024u)
 
@@ -382,6 +384,70 @@ static void test_ngxcache_key(void **state)
     assert_string_equal(ngxcache_verdict_name(NGXCACHE_TEMP), "temp");
 }
 
+/* Files written by Debian's nginx (fixtures_ngxcache.h). */
+static void test_ngxcache_real_nginx_files(void **state)
+{
+    (void)state;
+    static const char key[] = "steam/depot/1091501/chunk/3e5c1a2b9f0d4c6e8a7b5c3d1e2f4a6b8c0d2e4f/"
+                              "size/700bytes=0-1048575";
+    char nm[NGXCACHE_NAME_LEN + 1];
+    ngxcache_name(key, strlen(key), nm);
+    assert_string_equal(nm, "349762eb43f39fc00a23615b8bee2b69"); /* its name on disk */
+    char path[128];
+    assert_int_equal(ngxcache_path("/c", key, strlen(key), path, sizeof(path)), 0);
+    assert_string_equal(path, "/c/69/2b/349762eb43f39fc00a23615b8bee2b69");
+    struct ngxcache_file f;
+    size_t n = sizeof(ngx_steam);
+    assert_int_equal(ngxcache_parse(ngx_steam, n, n, nm, &f), NGXCACHE_OK);
+    assert_int_equal(f.hdr_size, 336);
+    assert_int_equal(f.date, 1796253300);
+    assert_int_equal(f.valid_sec, 1796253300 + 3650ll * 86400); /* lancache: 3650d */
+    assert_int_equal(f.last_modified, -1);                      /* the origin sent none */
+    assert_int_equal(f.header_start, 433);
+    assert_int_equal(f.body_start, 602);
+    assert_int_equal(f.key_len, strlen(key));
+    assert_memory_equal(f.key, key, f.key_len);
+    assert_int_equal(f.resp.status, 206);
+    assert_int_equal(f.resp.version_minor, 1);
+    size_t prefix;
+    assert_int_equal(ngxcache_slice(&f, 1024 * 1024, &prefix), NGXCACHE_OK);
+    assert_int_equal(prefix, strlen(key) - strlen("bytes=0-1048575"));
+    assert_int_equal(f.first, 0);
+    assert_int_equal(f.last, 699);
+    assert_int_equal(f.total, 700);
+    assert_int_equal(f.body_len, 700);
+    /* Any byte of the KEY line changed, or the file cut short anywhere: never adopted. */
+    uint8_t copy[sizeof(ngx_steam)];
+    for (size_t i = 336; i < f.header_start; i++) {
+        memcpy(copy, ngx_steam, n);
+        copy[i] ^= 0x20;
+        struct ngxcache_file g;
+        enum ngxcache_verdict v = ngxcache_parse(copy, n, n, nm, &g);
+        if (v == NGXCACHE_OK)
+            v = ngxcache_slice(&g, 1024 * 1024, NULL);
+        assert_int_not_equal(v, NGXCACHE_OK);
+    }
+    for (size_t len = 0; len < n; len++) {
+        struct ngxcache_file g;
+        enum ngxcache_verdict v = ngxcache_parse(ngx_steam, len, len, nm, &g);
+        if (v == NGXCACHE_OK)
+            v = ngxcache_slice(&g, 1024 * 1024, NULL);
+        assert_int_not_equal(v, NGXCACHE_OK);
+    }
+    /* The short last slice of a two-slice object on a host with a port. */
+    n = sizeof(ngx_last);
+    assert_int_equal(ngxcache_parse(ngx_last, n, n, "ff786883ff9bbed5e4a3e08d5b297e8a", &f),
+                     NGXCACHE_OK);
+    assert_int_equal(ngxcache_slice(&f, 1024 * 1024, &prefix), NGXCACHE_OK);
+    assert_int_equal(f.first, 1048576);
+    assert_int_equal(f.last, 1048599);
+    assert_int_equal(f.total, 1048600);
+    assert_int_equal(f.body_len, 24);
+    assert_memory_equal(f.key, "dl.example.org:8080/tpr/x/size/1048600", prefix);
+    /* Under a slice size of 2 MiB, its key is not a window. */
+    assert_int_equal(ngxcache_slice(&f, 2 * 1024 * 1024, NULL), NGXCACHE_KEY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_ngxcache_slice_checks),
         cmocka_unit_test(test_ngxcache_uri_as_nginx),
         cmocka_unit_test(test_ngxcache_key),
+        cmocka_unit_test(test_ngxcache_real_nginx_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
