@@ -66,86 +66,6 @@ _Static_assert(OBJHEAD_DATE_MAX == CHUNKFILE_DATE_MAX, "stored Date bound");
 #define CACHE_SHARD_RETRY_S 30
 #define CACHE_MAX_CHUNKS (1ull << 26) /* an object of more chunks is not cached */
 
-#define CACHE_LC_MOVES 8     /* lancache files being moved at once */
-#define CACHE_LC_LOGGED 4096 /* refused lancache files logged once (by path hash) */
-
-/* A lancache file being written into the cache: its object and chunks. */
-struct lc_busy {
-    bool used;
-    uint8_t obj[16];
-    uint64_t first, last;
-};
-
-struct objver {
-    uint8_t obj[16];
-    uint64_t total;
-    uint64_t vhash; /* XXH3-64 of ETag "\0" Last-Modified */
-    bool used;
-    struct objhead *head; /* owns a ref: the version's stored head (see struct cache_meta) */
-    uint64_t renewed_by;  /* the refetch (cache_refetch_id) that stored <head>, 0: none */
-    uint64_t last_use;    /* c->objver_clock when last looked up or set (LRU in its set) */
-    bool lancache;        /* the version came from lancache's files: a chunk without a file of
-                             ours may be in them (read-ahead leaves it to its reader's lookup) */
-};
-
-struct verified {
-    uint8_t obj[16];
-    uint64_t index;
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    bool used;
-};
-
-/* A cache dir switched (partly) to pass-through after a disk error: a full or read-only
- * filesystem stops the stores only (its files still read fine); read errors stop the loads. */
-enum shard_op { SHARD_STORE, SHARD_LOAD };
-struct shard_state {
-    bool down[2]; /* by enum shard_op */
-    ev_tstamp retry_at[2];
-};
-
-struct cache {
-    unsigned magic;
-    struct ev_loop *loop;
-    struct anstore *answers; /* owns: the fresh answers that are not objects */
-    uint64_t chunk_size;
-    uint64_t budget;
-    uint64_t mem_used;
-    char **dirs; /* owns */
-    size_t n_dirs;
-    uint64_t tmp_seq;
-    struct chunk **buckets;
-    size_t n_buckets;   /* power of two */
-    struct chunk *ring; /* CLOCK ring of sealed chunks in the table; the hand */
-    size_t ring_count;
-    struct chunk *notify; /* chunks with woken waiters pending */
-    ev_timer notify_ev;   /* never started: fed as a pending event by notify_soon() */
-    struct chunk_waiter *mem_waiters;
-    bool mem_notify;
-    struct objver *objs;        /* owns, CACHE_OBJ_SLOTS */
-    uint64_t objver_clock;      /* ticks once per objver lookup or update */
-    uint64_t objver_head_bytes; /* bytes of the heads the slots hold (at most budget / 16) */
-    uint64_t refetch_seq;       /* the last cache_refetch_id() */
-    struct verified *verified;  /* owns, CACHE_VERIFIED_SLOTS */
-    struct diskidx *didx;       /* owns: disk usage, LRU and eviction of the chunk files */
-    struct iopool *io;          /* owns: disk reads and writes */
-    pthread_mutex_t disk_mu;    /* renames into place and deletions of damaged files (workers) */
-    bool closing;               /* cache_free() runs: no new disk work */
-    struct shard_state *shards; /* owns, one per dir */
-    struct store_job *stores;   /* pending stores (each owned by the pool until done) */
-    struct cache_filler filler; /* where disk misses go (none: they fail) */
-    struct cache_seen_tab seen; /* delivered-byte records of evicted chunks (cache_seen.c) */
-    struct cache_stats st;
-    /* lancache's trees ([cache] lancache_dir, cache_lancache.c) */
-    char **lc_dirs; /* owns */
-    size_t n_lc_dirs;
-    int64_t lc_settle_s;
-    enum cfg_migrate lc_migrate;
-    struct lc_busy lc_busy[CACHE_LC_MOVES]; /* the moves running */
-    uint64_t lc_logged[CACHE_LC_LOGGED];    /* hashes of the refused files already logged */
-};
-
 static unsigned live_chunks;
 
 unsigned cache_live_chunks(void)
@@ -188,7 +108,7 @@ static struct objver *objver_set_of(struct cache *c, const uint8_t obj[16])
 }
 
 /* The slot remembering <obj>, or NULL (a lookup: counts as a use). */
-static struct objver *objver_find(struct cache *c, const uint8_t obj[16])
+struct objver *cache_objver_find(struct cache *c, const uint8_t obj[16])
 {
     struct objver *set = objver_set_of(c, obj);
     for (unsigned i = 0; i < CACHE_OBJ_WAYS; i++)
@@ -215,12 +135,12 @@ static void objver_clear(struct cache *c, struct objver *v)
 }
 
 /* The remembered version of <obj>, or NULL. */
-static const struct objver *objver_get(struct cache *c, const uint8_t obj[16])
+const struct objver *cache_objver_get(struct cache *c, const uint8_t obj[16])
 {
-    return objver_find(c, obj);
+    return cache_objver_find(c, obj);
 }
 
-static bool objver_matches(const struct objver *v, const struct cache_meta *m)
+bool cache_objver_matches(const struct objver *v, const struct cache_meta *m)
 {
     return v->total == m->total && v->vhash == version_hash(m);
 }
@@ -233,10 +153,10 @@ static bool objver_matches(const struct objver *v, const struct cache_meta *m)
  * reads answers with one set of fields. Heads are kept within a budget (budget / 16 bytes);
  * past it <m>'s is returned and not remembered. Borrowed: valid until the next objver_*.
  */
-static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
-                                  const struct cache_meta *m, uint64_t refetch)
+struct objhead *cache_objver_set(struct cache *c, const uint8_t obj[16], const struct cache_meta *m,
+                                 uint64_t refetch)
 {
-    struct objver *v = objver_find(c, obj);
+    struct objver *v = cache_objver_find(c, obj);
     if (v == NULL) {
         struct objver *set = objver_set_of(c, obj);
         v = &set[0];
@@ -250,7 +170,7 @@ static struct objhead *objver_set(struct cache *c, const uint8_t obj[16],
         }
         objver_clear(c, v);
     }
-    bool same = v->used && objver_matches(v, m);
+    bool same = v->used && cache_objver_matches(v, m);
     bool renew = refetch != 0 && v->renewed_by != refetch;
     if (!same)
         v->lancache = false;
@@ -289,7 +209,7 @@ void cache_meta_clear(struct cache_meta *m)
 }
 
 /* <ck>'s meta becomes <m> with the version's head <head> (a ref of its own). */
-static void chunk_take_meta(struct chunk *ck, const struct cache_meta *m, struct objhead *head)
+void cache_chunk_take_meta(struct chunk *ck, const struct cache_meta *m, struct objhead *head)
 {
     cache_meta_clear(&ck->meta);
     ck->meta = *m;
@@ -670,7 +590,7 @@ static void shards_recount(struct cache *c)
 }
 
 /* Whether <op> is switched off on the shard after a disk error (retried after a while). */
-static bool shard_down(struct cache *c, unsigned shard, enum shard_op op)
+bool cache_shard_down(struct cache *c, unsigned shard, enum shard_op op)
 {
     struct shard_state *ss = &c->shards[shard];
     if (!ss->down[op])
@@ -686,14 +606,14 @@ static bool shard_down(struct cache *c, unsigned shard, enum shard_op op)
 
 /* A disk error that says the shard's filesystem is unusable for <op> (full, failing,
  * read-only). */
-static bool shard_error(int err, enum shard_op op)
+bool cache_shard_error(int err, enum shard_op op)
 {
     if (op == SHARD_LOAD)
         return err == EIO;
     return err == ENOSPC || err == EIO || err == EROFS || err == EDQUOT;
 }
 
-static void shard_fail(struct cache *c, unsigned shard, enum shard_op op, int err)
+void cache_shard_fail(struct cache *c, unsigned shard, enum shard_op op, int err)
 {
     struct shard_state *ss = &c->shards[shard];
     ss->retry_at[op] = ev_now(c->loop) + CACHE_SHARD_RETRY_S;
@@ -889,8 +809,8 @@ out:
 /* Turns a loaded file into a SEALED disk chunk <ck> (or deletes it: another version). */
 static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
 {
-    const struct objver *v = objver_get(c, ck->obj);
-    if (v != NULL && !objver_matches(v, &lj->meta)) {
+    const struct objver *v = cache_objver_get(c, ck->obj);
+    if (v != NULL && !cache_objver_matches(v, &lj->meta)) {
         /* An older version of an object the origin has since changed. */
         log_info("cache: %s: stale version: deleted", lj->path);
         if (load_delete_bad(lj))
@@ -902,7 +822,7 @@ static bool load_accept(struct cache *c, struct load_job *lj, struct chunk *ck)
     if (lj->verified_now)
         verified_mark(c, ck->obj, ck->index, &lj->sb);
     ck->state = CHUNK_S_SEALED;
-    chunk_take_meta(ck, &lj->meta, objver_set(c, ck->obj, &lj->meta, 0));
+    cache_chunk_take_meta(ck, &lj->meta, cache_objver_set(c, ck->obj, &lj->meta, 0));
     cache_meta_clear(&lj->meta);
     ck->meta_known = true;
     ck->cap = ck->len = lj->data_len;
@@ -938,8 +858,8 @@ static void load_report(struct cache *c, const struct load_job *lj, const struct
     } else if (lj->res == LOAD_ERROR) {
         /* Out of descriptors, permissions...: a miss for now, never a reason to delete. */
         log_warn("cache: cannot read %s: %s (served as a miss)", lj->path, strerror(lj->err));
-        if (shard_error(lj->err, SHARD_LOAD))
-            shard_fail(c, lj->shard, SHARD_LOAD, lj->err);
+        if (cache_shard_error(lj->err, SHARD_LOAD))
+            cache_shard_fail(c, lj->shard, SHARD_LOAD, lj->err);
     }
 }
 
@@ -962,201 +882,6 @@ static void on_load_work(struct iojob *j)
         load_file(lj, true);
 }
 
-/* ---- lancache's files (the loop side of cache_lancache.c) ---------------------------------- */
-
-/* The counter of each reason a lancache file is refused for (NULL: OK). */
-static uint64_t *const lc_skip_stat[NGXCACHE_N_VERDICTS] = {
-    [NGXCACHE_NOT_FILE] = &g_stats.lancache_skip_not_file,
-    [NGXCACHE_TEMP] = &g_stats.lancache_skip_temp,
-    [NGXCACHE_NAME] = &g_stats.lancache_skip_name,
-    [NGXCACHE_YOUNG] = &g_stats.lancache_skip_young,
-    [NGXCACHE_SHORT] = &g_stats.lancache_skip_short,
-    [NGXCACHE_LAYOUT] = &g_stats.lancache_skip_layout,
-    [NGXCACHE_VERSION] = &g_stats.lancache_skip_version,
-    [NGXCACHE_OFFSETS] = &g_stats.lancache_skip_offsets,
-    [NGXCACHE_CRC] = &g_stats.lancache_skip_crc,
-    [NGXCACHE_VARY] = &g_stats.lancache_skip_vary,
-    [NGXCACHE_MD5] = &g_stats.lancache_skip_md5,
-    [NGXCACHE_KEY] = &g_stats.lancache_skip_key,
-    [NGXCACHE_HEAD] = &g_stats.lancache_skip_head,
-    [NGXCACHE_STATUS] = &g_stats.lancache_skip_status,
-    [NGXCACHE_RANGE] = &g_stats.lancache_skip_range,
-    [NGXCACHE_LENGTH] = &g_stats.lancache_skip_length,
-    [NGXCACHE_CHUNKED] = &g_stats.lancache_skip_chunked,
-    [NGXCACHE_VERSION_DIFFERS] = &g_stats.lancache_skip_version_differs,
-    [NGXCACHE_IO] = &g_stats.lancache_skip_io,
-};
-
-/* Counts a refused lancache file, and logs it the first time (per path). */
-static void lc_refused(struct cache *c, enum ngxcache_verdict why, const char *path)
-{
-    ASSERT((unsigned)why < NGXCACHE_N_VERDICTS && lc_skip_stat[why] != NULL);
-    (*lc_skip_stat[why])++;
-    uint64_t h = XXH3_64bits(path, strlen(path)) | 1u;
-    uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
-    if (*slot == h)
-        return;
-    *slot = h;
-    log_warn("cache: lancache file %s not used (%s: %s): the slice is fetched from the origin",
-             path, ngxcache_verdict_name(why), ngxcache_verdict_text(why));
-}
-
-struct lc_move_job {
-    struct iojob j;
-    struct cache *c;
-    struct chunk *ck; /* a ref: owns the nginx file's fd and the meta the move borrows */
-    unsigned shard;
-    struct lc_busy *busy;
-    struct ngxfile_move mv;
-};
-
-static void on_lc_move_work(struct iojob *j)
-{
-    ngxfile_move(&container_of(j, struct lc_move_job, j)->mv);
-}
-
-static void on_lc_move_done(struct iojob *j)
-{
-    struct lc_move_job *mj = container_of(j, struct lc_move_job, j);
-    struct cache *c = mj->c;
-    struct ngxfile_move *mv = &mj->mv;
-    uint64_t now = util_wall_ms();
-    for (uint64_t i = 0; i <= mv->last - mv->first; i++)
-        if (mv->bytes != NULL && mv->bytes[i] > 0) {
-            diskidx_add(c->didx, mv->obj, mv->first + i, mv->bytes[i], now);
-            g_stats.lancache_migrated++;
-            g_stats.cache_disk_writes++;
-        }
-    if (mv->removed)
-        g_stats.lancache_removed++;
-    if (mv->rc < 0) {
-        g_stats.cache_disk_write_errors++;
-        log_warn("cache: cannot move lancache file %s into the cache: %s (served from it "
-                 "meanwhile; tried again when next asked)",
-                 mv->ngx_path, strerror(-mv->rc));
-        if (shard_error(-mv->rc, SHARD_STORE))
-            shard_fail(c, mj->shard, SHARD_STORE, -mv->rc);
-    }
-    mj->busy->used = false;
-    free(mv->bytes);
-    cache_chunk_unref(&mj->ck);
-    free(mj);
-}
-
-/* Starts writing lancache chunk <ck> (sealed from the nginx file of <q>) into the cache. */
-static void lc_move_start(struct cache *c, struct chunk *ck, const struct lc_query *q)
-{
-    if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing)
-        return;
-    unsigned shard = shard_of(c, ck->obj);
-    if (shard_down(c, shard, SHARD_STORE))
-        return;
-    uint64_t first = ck->index, last = ck->index;
-    if (q->whole) { /* one file holds every chunk: all of them move at once */
-        first = 0;
-        last = range_chunk_count(ck->meta.total, c->chunk_size) - 1;
-    }
-    struct lc_busy *slot = NULL;
-    for (size_t i = 0; i < CACHE_LC_MOVES; i++) {
-        struct lc_busy *b = &c->lc_busy[i];
-        if (!b->used) {
-            if (slot == NULL)
-                slot = b;
-        } else if (memcmp(b->obj, ck->obj, 16) == 0 && first <= b->last && b->first <= last) {
-            return; /* moving already */
-        }
-    }
-    if (slot == NULL)
-        return; /* enough moves running: a later request moves it */
-    uint64_t need = q->whole ? ck->meta.total : ck->cap;
-    if (!diskidx_has_room(c->didx, shard, need + CHUNKFILE_HDR_MAX)) {
-        if (g_stats.lancache_paused == 0)
-            log_warn("cache: moving lancache's files paused: the cache is at disk_size or "
-                     "min_free (never evicting what was moved); its slices are served in place "
-                     "meanwhile");
-        g_stats.lancache_paused = 1;
-        return;
-    }
-    if (g_stats.lancache_paused != 0)
-        log_info("cache: moving lancache's files resumed");
-    g_stats.lancache_paused = 0;
-    struct lc_move_job *mj = xcalloc(1, sizeof(*mj));
-    mj->c = c;
-    mj->ck = cache_chunk_ref(ck);
-    mj->shard = shard;
-    mj->busy = slot;
-    slot->used = true;
-    memcpy(slot->obj, ck->obj, 16);
-    slot->first = first;
-    slot->last = last;
-    struct ngxfile_move *mv = &mj->mv;
-    mv->fd = ck->fd;
-    mv->off0 = ck->body_off - (off_t)((ck->index - first) * c->chunk_size);
-    mv->first = first;
-    mv->last = last;
-    mv->chunk_size = c->chunk_size;
-    mv->shard_dir = c->dirs[shard];
-    memcpy(mv->obj, ck->obj, 16);
-    mv->seq = ++c->tmp_seq;
-    mv->remove = c->lc_migrate == CFG_MIGRATE_MOVE;
-    snprintf(mv->ngx_path, sizeof(mv->ngx_path), "%s", q->path);
-    mv->dev = q->sb.st_dev;
-    mv->ino = q->sb.st_ino;
-    struct chunkfile_meta *m = &mv->m;
-    m->chunk_size = c->chunk_size;
-    m->total = ck->meta.total;
-    m->key = ck->key;
-    m->key_len = ck->key_len;
-    m->etag = ck->meta.etag;
-    m->etag_len = strlen(ck->meta.etag);
-    m->last_modified = ck->meta.last_modified;
-    m->last_modified_len = strlen(ck->meta.last_modified);
-    m->content_type = ck->meta.content_type;
-    m->content_type_len = strlen(ck->meta.content_type);
-    const struct objhead *h = ck->meta.head;
-    if (h != NULL) {
-        m->date = h->date;
-        m->date_len = h->date_len;
-        m->fields = h->text;
-        m->fields_len = h->len;
-        m->response_time = h->response_time;
-        m->initial_age = h->initial_age;
-    }
-    mj->j.work = on_lc_move_work;
-    mj->j.done = on_lc_move_done;
-    iopool_submit(c->io, &mj->j);
-}
-
-/* Turns a lancache file found for <ck> into a SEALED disk chunk sending from it; false when it
- * was refused (then counted and logged) or there was none. */
-static bool lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck)
-{
-    if (q->why != NGXCACHE_OK) {
-        if (q->any)
-            lc_refused(c, q->why, q->path);
-        return false;
-    }
-    const struct objver *v = objver_get(c, ck->obj);
-    if (v != NULL && !objver_matches(v, &q->meta)) {
-        lc_refused(c, NGXCACHE_VERSION_DIFFERS, q->path);
-        return false;
-    }
-    ck->state = CHUNK_S_SEALED;
-    chunk_take_meta(ck, &q->meta, objver_set(c, ck->obj, &q->meta, 0));
-    objver_find(c, ck->obj)->lancache = true;
-    cache_meta_clear(&q->meta);
-    ck->meta_known = true;
-    ck->cap = ck->len = q->data_len;
-    ck->fd = q->fd;
-    q->fd = -1;
-    ck->body_off = q->body_off;
-    ASSERT(ck->seen == NULL); /* bytes cached before: a hit */
-    ck->seen = cache_seen_tab_find(&c->seen, ck->obj, ck->index);
-    g_stats.lancache_served++;
-    lc_move_start(c, ck, q);
-    return true;
-}
-
 /* The chunk stays in FILLING until here; it becomes a sealed disk chunk or the filler's. */
 static void on_load_done(struct iojob *j)
 {
@@ -1168,7 +893,7 @@ static void on_load_done(struct iojob *j)
     load_report(c, lj, ck);
     bool found = lj->res == LOAD_OK && load_accept(c, lj, ck);
     if (!found && lj->res != LOAD_OK && lj->lc != NULL && !c->closing)
-        found = lc_accept(c, lj->lc, ck);
+        found = cache_lc_accept(c, lj->lc, ck);
     if (found) {
         table_remove(c, ck); /* disk chunks live with their readers only */
         chunk_notify(ck);
@@ -1224,7 +949,7 @@ static void disk_load_start(struct cache *c, struct chunk *ck, struct load_job *
 /* Whether (<obj>, <index>) may have a file: false only when the disk index knows it has none. */
 static bool disk_may_have(struct cache *c, const uint8_t obj[16], uint64_t index)
 {
-    if (shard_down(c, shard_of(c, obj), SHARD_LOAD))
+    if (cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     return diskidx_lookup(c->didx, obj, index) != 0;
 }
@@ -1294,8 +1019,8 @@ static void on_store_done(struct iojob *j)
         if (g_stats.cache_disk_write_errors < 10 || g_stats.cache_disk_write_errors % 1000 == 0)
             log_warn("cache: cannot store %s: %s (kept in memory only; %llu such errors)", sj->path,
                      strerror(-sj->rc), (unsigned long long)g_stats.cache_disk_write_errors);
-        if (shard_error(-sj->rc, SHARD_STORE))
-            shard_fail(c, sj->shard, SHARD_STORE, -sj->rc);
+        if (cache_shard_error(-sj->rc, SHARD_STORE))
+            cache_shard_fail(c, sj->shard, SHARD_STORE, -sj->rc);
     }
     free(sj);
     cache_chunk_unref(&ck);
@@ -1305,7 +1030,7 @@ static void on_store_done(struct iojob *j)
 static void disk_store(struct cache *c, struct chunk *ck)
 {
     unsigned shard = shard_of(c, ck->obj);
-    if (c->closing || shard_down(c, shard, SHARD_STORE))
+    if (c->closing || cache_shard_down(c, shard, SHARD_STORE))
         return;
     struct store_job *sj = xcalloc(1, sizeof(*sj));
     if (chunkfile_path(sj->path, sizeof(sj->path), c->dirs[shard], ck->obj, ck->index) < 0 ||
@@ -1344,7 +1069,7 @@ static struct load_job *lc_attach(struct cache *c, struct load_job *lj, const ch
     q->n_dirs = c->n_lc_dirs;
     q->slice = c->chunk_size;
     q->settle_s = c->lc_settle_s;
-    q->check_siblings = objver_get(c, obj) == NULL;
+    q->check_siblings = cache_objver_get(c, obj) == NULL;
     if (lj == NULL) {
         lj = load_job_new(c, key, key_len, obj, index);
         if (lj == NULL) {
@@ -1467,14 +1192,14 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
                        strcmp(ck->meta.last_modified, m->last_modified) == 0
                    ? 0
                    : -ESTALE;
-    const struct objver *v = objver_get(c, ck->obj);
-    if (v != NULL && !objver_matches(v, m)) {
+    const struct objver *v = cache_objver_get(c, ck->obj);
+    if (v != NULL && !cache_objver_matches(v, m)) {
         log_info("cache: object changed at the origin (length or validators): dropping the old "
                  "version's chunks");
         drop_old_version(c, ck->obj, v->total, m, ck);
     }
     anstore_drop(c->answers, ck->key, ck->key_len); /* an object now: its latest answer */
-    chunk_take_meta(ck, m, objver_set(c, ck->obj, m, ck->refetch_id));
+    cache_chunk_take_meta(ck, m, cache_objver_set(c, ck->obj, m, ck->refetch_id));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
     if (ck->tail_off >= ck->cap)
@@ -1512,7 +1237,7 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         return NULL;
     /* Only a file this process wrote or verified, whose store finished: an open and a header
      * read of a hot file, done here on the loop (never a body verification). */
-    if (ck->store != NULL || shard_down(c, shard_of(c, ck->obj), SHARD_LOAD))
+    if (ck->store != NULL || cache_shard_down(c, shard_of(c, ck->obj), SHARD_LOAD))
         return NULL;
     struct load_job lj;
     if (load_prepare(c, &lj, ck->key, ck->key_len, ck->obj, ck->index) < 0 || !lj.known)
@@ -1540,7 +1265,7 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     struct chunk *ck = table_find(c, obj, index);
     if (ck != NULL)
         return ck->state != CHUNK_S_FAILED;
-    if (shard_down(c, shard_of(c, obj), SHARD_LOAD))
+    if (cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     int known = diskidx_lookup(c->didx, obj, index);
     bool have = known == 1;
@@ -1553,7 +1278,7 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     }
     if (!have && c->n_lc_dirs > 0) {
         /* Not ours: in lancache's files, perhaps, when the object's version came from them. */
-        const struct objver *v = objver_find(c, obj);
+        const struct objver *v = cache_objver_find(c, obj);
         have = v != NULL && v->lancache;
     }
     return have;
@@ -1593,8 +1318,8 @@ struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
-    const struct objver *v = objver_get(c, obj);
-    if (v == NULL || !objver_matches(v, m))
+    const struct objver *v = cache_objver_get(c, obj);
+    if (v == NULL || !cache_objver_matches(v, m))
         return NULL; /* purged, or another version is the object's now */
     struct chunk *old = table_find(c, obj, index);
     if (old != NULL && old->state != CHUNK_S_FAILED)
@@ -1852,7 +1577,7 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     int removed = 0;
     /* Memory: every index up to the length known for the object. Sealed chunks also have a
      * file (counted below); chunks still filling are counted here. */
-    const struct objver *v = objver_get(c, obj);
+    const struct objver *v = cache_objver_get(c, obj);
     for (size_t b = 0; b < c->n_buckets; b++) {
         struct chunk *ck = c->buckets[b];
         while (ck != NULL) {
@@ -1897,7 +1622,7 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         closedir(d);
     }
     if (v != NULL) {
-        objver_clear(c, objver_find(c, obj));
+        objver_clear(c, cache_objver_find(c, obj));
     }
     g_stats.cache_purged += (uint64_t)removed;
     return removed;
@@ -1908,7 +1633,7 @@ bool cache_object_is_known(struct cache *c, const char *key, size_t key_len)
     CHECK_OBJ(c, CACHE_MAGIC);
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
-    return objver_get(c, obj) != NULL;
+    return cache_objver_get(c, obj) != NULL;
 }
 
 struct anstore *cache_answers(struct cache *c)
@@ -1923,7 +1648,8 @@ void cache_get_stats(const struct cache *c, struct cache_stats *out)
     out->mem_bytes = c->mem_used;
     out->answers = anstore_count(c->answers);
     out->answer_bytes = anstore_bytes(c->answers);
-    out->io_pending = c->io != NULL ? iopool_pending(c->io) : 0;
+    out->io_pending = (c->io != NULL ? iopool_pending(c->io) : 0) +
+                      (c->lc_io != NULL ? iopool_pending(c->lc_io) : 0);
     struct diskidx_stats ds;
     diskidx_get_stats(c->didx, &ds);
     out->disk_bytes = ds.bytes;
@@ -2038,23 +1764,6 @@ int cache_dirs_prepare(const struct config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* Says, once at start, when lancache's filesystem holds more than disk_size lets the cache take
- * (the used space of its filesystem: an estimate, exact for a volume of its own). */
-static void lc_size_warning(const struct config *cfg)
-{
-    for (size_t i = 0; i < cfg->n_lancache_dirs; i++) {
-        struct statvfs vs;
-        if (statvfs(cfg->lancache_dirs[i], &vs) < 0)
-            continue;
-        uint64_t used = (uint64_t)(vs.f_blocks - vs.f_bfree) * vs.f_frsize;
-        if (used > cfg->disk_size)
-            log_warn("cache: lancache_dir %s: its filesystem holds %llu MiB, more than disk_size "
-                     "(%llu MiB): moving pauses at disk_size and the rest is served in place",
-                     cfg->lancache_dirs[i], (unsigned long long)(used >> 20),
-                     (unsigned long long)(cfg->disk_size >> 20));
-    }
-}
-
 struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen)
 {
     for (size_t i = 0; i < cfg->n_dirs; i++)
@@ -2064,7 +1773,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
         if (cache_lancache_check_dir(cfg->lancache_dirs[i],
                                      cfg->lancache_migrate == CFG_MIGRATE_MOVE, err, errlen) < 0)
             return NULL;
-    lc_size_warning(cfg);
+    cache_lc_size_warning(cfg);
     struct cache *c = xcalloc(1, sizeof(*c));
     c->magic = CACHE_MAGIC;
     c->loop = loop;
@@ -2109,6 +1818,14 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
         c->lc_dirs[i] = xstrdup(cfg->lancache_dirs[i]);
     c->lc_settle_s = (int64_t)(cfg->lancache_settle_ms / 1000);
     c->lc_migrate = cfg->lancache_migrate;
+    if (c->n_lc_dirs > 0) {
+        c->lc_set = xcalloc(CACHE_LC_SET, sizeof(*c->lc_set));
+        c->lc_io = iopool_new(loop, 1);
+        if (c->lc_io == NULL)
+            log_warn("cache: no thread for moving lancache's files (%s): they are served in "
+                     "place only",
+                     strerror(errno));
+    }
     return c;
 }
 
@@ -2131,6 +1848,8 @@ void cache_free(struct cache **cp)
     CHECK_OBJ(c, CACHE_MAGIC);
     /* Pending stores finish (their chunks are complete); pending loads fail their chunks. */
     c->closing = true;
+    iopool_free(&c->lc_io);
+    cache_lc_fini_queue(c);
     iopool_free(&c->io);
     pthread_mutex_destroy(&c->disk_mu);
     for (size_t b = 0; b < c->n_buckets; b++)

@@ -12,8 +12,13 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <pthread.h>
+
+#include <ev.h>
+
 #include "cache.h"
 #include "chunkfile.h"
+#include "config.h"
 #include "ngxcache.h"
 
 struct origin_req;
@@ -169,5 +174,118 @@ bool cache_lc_prepare(struct lc_query *q, const char *key, size_t key_len,
 void cache_lc_find(struct lc_query *q);
 /* Releases what <q> holds (fd, head, prefix). */
 void cache_lc_fini(struct lc_query *q);
+
+/* ---- the cache object (cache.c; cache_lancache.c uses it too) ---- */
+
+struct lc_pending;
+struct anstore;
+struct diskidx;
+struct iopool;
+
+#define CACHE_LC_LOGGED 4096 /* refused lancache files logged once (by path hash) */
+#define CACHE_LC_QUEUE 4096  /* adopted files waiting to be moved, at most */
+#define CACHE_LC_SET 8192    /* slots of the set of those (twice the queue) */
+#define CACHE_LC_BATCH 64    /* files moved between two syncs */
+
+struct objver {
+    uint8_t obj[16];
+    uint64_t total;
+    uint64_t vhash; /* XXH3-64 of ETag "\0" Last-Modified */
+    bool used;
+    struct objhead *head; /* owns a ref: the version's stored head (see struct cache_meta) */
+    uint64_t renewed_by;  /* the refetch (cache_refetch_id) that stored <head>, 0: none */
+    uint64_t last_use;    /* c->objver_clock when last looked up or set (LRU in its set) */
+    bool lancache;        /* the version came from lancache's files: a chunk without a file of
+                             ours may be in them (read-ahead leaves it to its reader's lookup) */
+};
+
+struct verified {
+    uint8_t obj[16];
+    uint64_t index;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    bool used;
+};
+
+/* A cache dir switched (partly) to pass-through after a disk error: a full or read-only
+ * filesystem stops the stores only (its files still read fine); read errors stop the loads. */
+enum shard_op { SHARD_STORE, SHARD_LOAD };
+struct shard_state {
+    bool down[2];       /* by enum shard_op */
+    double retry_at[2]; /* ev_tstamp */
+};
+
+struct cache {
+    unsigned magic;
+    struct ev_loop *loop;
+    struct anstore *answers; /* owns: the fresh answers that are not objects */
+    uint64_t chunk_size;
+    uint64_t budget;
+    uint64_t mem_used;
+    char **dirs; /* owns */
+    size_t n_dirs;
+    uint64_t tmp_seq;
+    struct chunk **buckets;
+    size_t n_buckets;   /* power of two */
+    struct chunk *ring; /* CLOCK ring of sealed chunks in the table; the hand */
+    size_t ring_count;
+    struct chunk *notify; /* chunks with woken waiters pending */
+    ev_timer notify_ev;   /* never started: fed as a pending event by notify_soon() */
+    struct chunk_waiter *mem_waiters;
+    bool mem_notify;
+    struct objver *objs;        /* owns, CACHE_OBJ_SLOTS */
+    uint64_t objver_clock;      /* ticks once per objver lookup or update */
+    uint64_t objver_head_bytes; /* bytes of the heads the slots hold (at most budget / 16) */
+    uint64_t refetch_seq;       /* the last cache_refetch_id() */
+    struct verified *verified;  /* owns, CACHE_VERIFIED_SLOTS */
+    struct diskidx *didx;       /* owns: disk usage, LRU and eviction of the chunk files */
+    struct iopool *io;          /* owns: disk reads and writes */
+    struct iopool *lc_io;       /* owns: lancache moves, one thread at idle priority (NULL: no
+                                   lancache_dir) */
+    pthread_mutex_t disk_mu;    /* renames into place and deletions of damaged files (workers) */
+    bool closing;               /* cache_free() runs: no new disk work */
+    struct shard_state *shards; /* owns, one per dir */
+    struct store_job *stores;   /* pending stores (each owned by the pool until done) */
+    struct cache_filler filler; /* where disk misses go (none: they fail) */
+    struct cache_seen_tab seen; /* delivered-byte records of evicted chunks (cache_seen.c) */
+    struct cache_stats st;
+    /* lancache's trees ([cache] lancache_dir, cache_lancache.c) */
+    char **lc_dirs; /* owns */
+    size_t n_lc_dirs;
+    int64_t lc_settle_s;
+    enum cfg_migrate lc_migrate;
+    uint64_t lc_logged[CACHE_LC_LOGGED];  /* hashes of the refused files already logged */
+    struct lc_pending *lc_head, *lc_tail; /* owns: adopted files waiting to be moved (FIFO) */
+    size_t lc_queued;
+    uint64_t *lc_set; /* owns, CACHE_LC_SET: (obj, index) hashes of the queued ones, 0 empty */
+    bool lc_moving;   /* a batch is on lc_io */
+};
+
+/* The remembered version of object <obj> (cache.c): found (a lookup, it becomes the most recent
+ * of its set), or NULL. */
+struct objver *cache_objver_find(struct cache *c, const uint8_t obj[16]);
+const struct objver *cache_objver_get(struct cache *c, const uint8_t obj[16]);
+/* Whether <m> is version <v> (length and validators). */
+bool cache_objver_matches(const struct objver *v, const struct cache_meta *m);
+/* Records <m> as object <obj>'s version (a refetch <refetch> renews its head); returns the head
+ * every chunk of the version answers with (borrowed). */
+struct objhead *cache_objver_set(struct cache *c, const uint8_t obj[16], const struct cache_meta *m,
+                                 uint64_t refetch);
+/* <ck> takes <m> as its meta, with its own ref on <head>. */
+void cache_chunk_take_meta(struct chunk *ck, const struct cache_meta *m, struct objhead *head);
+/* Shards switched to pass-through after disk errors (see struct shard_state). */
+bool cache_shard_down(struct cache *c, unsigned shard, enum shard_op op);
+bool cache_shard_error(int err, enum shard_op op);
+void cache_shard_fail(struct cache *c, unsigned shard, enum shard_op op, int err);
+
+/* The loop side of lancache's files (cache_lancache.c). */
+/* Turns lancache file <q> found for <ck> (FILLING, looked up) into a SEALED disk chunk sending from
+ * it, and queues its move; false when it was refused (then counted and logged) or none. */
+bool cache_lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck);
+/* At start: says when lancache's filesystem holds more than disk_size. */
+void cache_lc_size_warning(const struct config *cfg);
+/* Drops the moves still queued (cache_free). */
+void cache_lc_fini_queue(struct cache *c);
 
 #endif

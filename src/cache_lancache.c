@@ -6,15 +6,24 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "cache_int.h"
+#include "iopool.h"
+#include "log.h"
+#include "stats.h"
 #include "diskidx.h"
 #include "ngxfile.h"
 #include "objhead.h"
@@ -225,4 +234,401 @@ int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errle
         }
     }
     return 0;
+}
+
+/* ---- the loop side -------------------------------------------------------------------------- */
+
+/* The counter of each reason a lancache file is refused for (NULL: OK). */
+static uint64_t *const lc_skip_stat[NGXCACHE_N_VERDICTS] = {
+    [NGXCACHE_NOT_FILE] = &g_stats.lancache_skip_not_file,
+    [NGXCACHE_TEMP] = &g_stats.lancache_skip_temp,
+    [NGXCACHE_NAME] = &g_stats.lancache_skip_name,
+    [NGXCACHE_YOUNG] = &g_stats.lancache_skip_young,
+    [NGXCACHE_SHORT] = &g_stats.lancache_skip_short,
+    [NGXCACHE_LAYOUT] = &g_stats.lancache_skip_layout,
+    [NGXCACHE_VERSION] = &g_stats.lancache_skip_version,
+    [NGXCACHE_OFFSETS] = &g_stats.lancache_skip_offsets,
+    [NGXCACHE_CRC] = &g_stats.lancache_skip_crc,
+    [NGXCACHE_VARY] = &g_stats.lancache_skip_vary,
+    [NGXCACHE_MD5] = &g_stats.lancache_skip_md5,
+    [NGXCACHE_KEY] = &g_stats.lancache_skip_key,
+    [NGXCACHE_HEAD] = &g_stats.lancache_skip_head,
+    [NGXCACHE_STATUS] = &g_stats.lancache_skip_status,
+    [NGXCACHE_RANGE] = &g_stats.lancache_skip_range,
+    [NGXCACHE_LENGTH] = &g_stats.lancache_skip_length,
+    [NGXCACHE_CHUNKED] = &g_stats.lancache_skip_chunked,
+    [NGXCACHE_VERSION_DIFFERS] = &g_stats.lancache_skip_version_differs,
+    [NGXCACHE_IO] = &g_stats.lancache_skip_io,
+};
+
+/* Counts a refused lancache file, and logs it the first time (per path). */
+static void lc_refused(struct cache *c, enum ngxcache_verdict why, const char *path)
+{
+    ASSERT((unsigned)why < NGXCACHE_N_VERDICTS && lc_skip_stat[why] != NULL);
+    (*lc_skip_stat[why])++;
+    uint64_t h = XXH3_64bits(path, strlen(path)) | 1u;
+    uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
+    if (*slot == h)
+        return;
+    *slot = h;
+    log_warn("cache: lancache file %s not used (%s: %s): the slice is fetched from the origin",
+             path, ngxcache_verdict_name(why), ngxcache_verdict_text(why));
+}
+
+/* ---- moving adopted files into the cache ----------------------------------------------------
+ * An adopted file is queued (by path and inode, not held open) and moved later by the lc_io
+ * thread, at idle priority, in batches: each file's chunks are written, then (move) the
+ * filesystem of the batch's chunk files is synced once and only then are the nginx files that
+ * are still the ones read removed. So serving never waits for a move, a kill at any moment loses
+ * nothing, and a sync is paid per batch rather than per slice. A file whose move fails stays. */
+
+struct lc_pending {
+    struct lc_pending *next;
+    uint8_t obj[16];
+    uint64_t index; /* the chunk asked for (a whole-object 200 moves all of them) */
+    unsigned shard;
+    bool hide_etag;
+    dev_t dev;
+    ino_t ino;
+    char *key; /* owns: the object key */
+    size_t key_len;
+    char *path; /* owns: the nginx file */
+    /* Out (the mover's): */
+    uint64_t first, last;
+    uint64_t *bytes; /* owns: per chunk, the file's bytes on disk (0: not written) */
+    int rc;
+    bool removed;
+};
+
+struct lc_batch {
+    struct iojob j;
+    struct cache *c;
+    struct lc_pending *items; /* owns */
+    uint64_t chunk_size;
+    bool remove;
+    char **dirs; /* borrowed: the cache's (fixed for its life) */
+};
+
+static uint64_t lc_hash(const uint8_t obj[16], uint64_t index)
+{
+    uint64_t h = XXH3_64bits_withSeed(obj, 16, index);
+    return h != 0 ? h : 1;
+}
+
+static bool lc_set_has(const struct cache *c, uint64_t h)
+{
+    for (size_t i = h % CACHE_LC_SET; c->lc_set[i] != 0; i = (i + 1) % CACHE_LC_SET)
+        if (c->lc_set[i] == h)
+            return true;
+    return false;
+}
+
+static void lc_set_add(struct cache *c, uint64_t h)
+{
+    size_t i = h % CACHE_LC_SET;
+    while (c->lc_set[i] != 0)
+        i = (i + 1) % CACHE_LC_SET;
+    c->lc_set[i] = h;
+}
+
+/* Removes <h> keeping every probe chain whole (linear probing's backward shift). */
+static void lc_set_del(struct cache *c, uint64_t h)
+{
+    size_t i = h % CACHE_LC_SET;
+    while (c->lc_set[i] != h) {
+        if (c->lc_set[i] == 0)
+            return;
+        i = (i + 1) % CACHE_LC_SET;
+    }
+    c->lc_set[i] = 0;
+    for (size_t j = (i + 1) % CACHE_LC_SET; c->lc_set[j] != 0; j = (j + 1) % CACHE_LC_SET) {
+        uint64_t v = c->lc_set[j];
+        size_t home = v % CACHE_LC_SET;
+        /* Moves back into the hole when its home is not between the hole and it (cyclically). */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            c->lc_set[i] = v;
+            c->lc_set[j] = 0;
+            i = j;
+        }
+    }
+}
+
+static void lc_pending_free(struct lc_pending *p)
+{
+    free(p->key);
+    free(p->path);
+    free(p->bytes);
+    free(p);
+}
+
+/* One file of a batch, on the mover: reopened, checked to be the file adopted, its chunks
+ * written (not synced). */
+static void lc_move_one(const struct lc_batch *b, struct lc_pending *p, struct ngxfile *nf)
+{
+    p->rc = -ENOENT;
+    if (ngxfile_open(nf, p->path, b->chunk_size, 0, p->hide_etag, NULL) != NGXCACHE_OK)
+        return; /* gone (moved by an import), or changed: it is looked up anew when asked */
+    if (nf->sb.st_dev != p->dev || nf->sb.st_ino != p->ino) {
+        ngxfile_close(nf);
+        return;
+    }
+    struct objhead *head = NULL;
+    if (objhead_from_response(nf->f.head, &nf->f.resp, (double)nf->f.date, (double)nf->f.date,
+                              &head) < 0) {
+        ngxfile_close(nf);
+        return;
+    }
+    struct ngxfile_move mv;
+    memset(&mv, 0, sizeof(mv));
+    mv.fd = nf->fd;
+    mv.off0 = (off_t)nf->f.body_start;
+    mv.first = nf->f.first / b->chunk_size;
+    mv.last = nf->f.last / b->chunk_size;
+    mv.chunk_size = b->chunk_size;
+    mv.shard_dir = b->dirs[p->shard];
+    memcpy(mv.obj, p->obj, 16);
+    mv.seq = ((uint64_t)1 << 63) | (p->index << 16) | (uint64_t)(uintptr_t)p % 65521u;
+    mv.m.chunk_size = b->chunk_size;
+    mv.m.total = nf->f.total;
+    mv.m.key = p->key;
+    mv.m.key_len = p->key_len;
+    mv.m.etag = nf->etag;
+    mv.m.etag_len = strlen(nf->etag);
+    mv.m.last_modified = nf->last_modified;
+    mv.m.last_modified_len = strlen(nf->last_modified);
+    mv.m.content_type = nf->content_type;
+    mv.m.content_type_len = strlen(nf->content_type);
+    mv.m.date = head->date;
+    mv.m.date_len = head->date_len;
+    mv.m.fields = head->text;
+    mv.m.fields_len = head->len;
+    mv.m.response_time = head->response_time;
+    mv.m.initial_age = head->initial_age;
+    mv.remove = false; /* the batch removes, after its sync */
+    ngxfile_move(&mv);
+    p->first = mv.first;
+    p->last = mv.last;
+    p->bytes = mv.bytes;
+    p->rc = mv.rc;
+    objhead_unref(&head);
+    ngxfile_close(nf);
+}
+
+static void on_lc_batch_work(struct iojob *j)
+{
+    struct lc_batch *b = container_of(j, struct lc_batch, j);
+    static _Thread_local bool idle;
+    if (!idle) { /* what the loop and the lookups leave: serving never slows down for a move */
+        struct sched_param sp = {0};
+        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0 /* this thread */,
+                      3 << 13 /* IOPRIO_CLASS_IDLE */);
+        idle = true;
+    }
+    struct ngxfile nf;
+    ngxfile_init(&nf);
+    for (struct lc_pending *p = b->items; p != NULL; p = p->next)
+        lc_move_one(b, p, &nf);
+    ngxfile_fini(&nf);
+    if (!b->remove)
+        return;
+    /* Every chunk file of the batch durable (one sync per filesystem of a shard written), then
+     * the nginx files go. */
+    bool synced[CONFIG_MAX_DIRS] = {false};
+    for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
+        if (p->rc != 0 || synced[p->shard])
+            continue;
+        int fd = open(b->dirs[p->shard], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        bool ok = fd >= 0 && syncfs(fd) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (!ok) {
+            for (struct lc_pending *q = b->items; q != NULL; q = q->next)
+                if (q->shard == p->shard && q->rc == 0)
+                    q->rc = -EIO;
+            continue;
+        }
+        synced[p->shard] = true;
+    }
+    for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
+        struct stat now;
+        if (p->rc == 0 && lstat(p->path, &now) == 0 && now.st_dev == p->dev && now.st_ino == p->ino)
+            p->removed = unlink(p->path) == 0;
+    }
+}
+
+static void lc_pump(struct cache *c);
+
+static void on_lc_batch_done(struct iojob *j)
+{
+    struct lc_batch *b = container_of(j, struct lc_batch, j);
+    struct cache *c = b->c;
+    uint64_t now = util_wall_ms();
+    while (b->items != NULL) {
+        struct lc_pending *p = b->items;
+        b->items = p->next;
+        for (uint64_t i = 0; p->rc == 0 && p->bytes != NULL && i <= p->last - p->first; i++)
+            if (p->bytes[i] > 0) {
+                diskidx_add(c->didx, p->obj, p->first + i, p->bytes[i], now);
+                g_stats.lancache_migrated++;
+                g_stats.cache_disk_writes++;
+            }
+        g_stats.lancache_removed += p->removed;
+        if (p->rc < 0 && p->rc != -ENOENT) {
+            g_stats.cache_disk_write_errors++;
+            log_warn("cache: cannot move lancache file %s into the cache: %s (it stays, served "
+                     "from it)",
+                     p->path, strerror(-p->rc));
+            if (cache_shard_error(-p->rc, SHARD_STORE))
+                cache_shard_fail(c, p->shard, SHARD_STORE, -p->rc);
+        }
+        lc_pending_free(p);
+    }
+    free(b);
+    c->lc_moving = false;
+    lc_pump(c);
+}
+
+/* Sends the next batch to the mover, when none runs and there is room for it. */
+static void lc_pump(struct cache *c)
+{
+    if (c->lc_moving || c->closing || c->lc_head == NULL || c->lc_io == NULL)
+        return;
+    struct lc_batch *b = xcalloc(1, sizeof(*b));
+    b->c = c;
+    b->chunk_size = c->chunk_size;
+    b->remove = c->lc_migrate == CFG_MIGRATE_MOVE;
+    b->dirs = c->dirs;
+    struct lc_pending **tail = &b->items;
+    unsigned n = 0;
+    while (c->lc_head != NULL && n < CACHE_LC_BATCH) {
+        struct lc_pending *p = c->lc_head;
+        if (cache_shard_down(c, p->shard, SHARD_STORE)) {
+            c->lc_head = p->next; /* a full or failed dir: served in place, moved another time */
+        } else if (!diskidx_has_room(c->didx, p->shard, c->chunk_size + CHUNKFILE_HDR_MAX)) {
+            if (g_stats.lancache_paused == 0)
+                log_warn("cache: moving lancache's files paused: the cache is at disk_size or "
+                         "min_free (a move never evicts); their slices are served in place");
+            g_stats.lancache_paused = 1;
+            break;
+        } else {
+            c->lc_head = p->next;
+            p->next = NULL;
+            *tail = p;
+            tail = &p->next;
+            n++;
+            lc_set_del(c, lc_hash(p->obj, p->index));
+            c->lc_queued--;
+            continue;
+        }
+        lc_set_del(c, lc_hash(p->obj, p->index));
+        c->lc_queued--;
+        lc_pending_free(p);
+    }
+    if (c->lc_head == NULL)
+        c->lc_tail = NULL;
+    if (n == 0) {
+        free(b);
+        return;
+    }
+    if (g_stats.lancache_paused != 0 && n > 0) {
+        log_info("cache: moving lancache's files resumed");
+        g_stats.lancache_paused = 0;
+    }
+    c->lc_moving = true;
+    b->j.work = on_lc_batch_work;
+    b->j.done = on_lc_batch_done;
+    iopool_submit(c->lc_io, &b->j);
+}
+
+/* Queues the move of lancache chunk <ck> (just sealed from the file of <q>). */
+static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_query *q)
+{
+    if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing || c->lc_io == NULL)
+        return;
+    uint64_t h = lc_hash(ck->obj, ck->index);
+    if (lc_set_has(c, h))
+        return; /* queued already */
+    if (c->lc_queued >= CACHE_LC_QUEUE) {
+        lc_pump(c);
+        return; /* a later request queues it */
+    }
+    struct lc_pending *p = xcalloc(1, sizeof(*p));
+    memcpy(p->obj, ck->obj, 16);
+    p->index = ck->index;
+    p->shard = cache_shard_of(c->n_dirs, ck->obj);
+    p->hide_etag = q->hide_etag;
+    p->dev = q->sb.st_dev;
+    p->ino = q->sb.st_ino;
+    p->key = xstrndup(ck->key, ck->key_len);
+    p->key_len = ck->key_len;
+    p->path = xstrdup(q->path);
+    if (c->lc_tail != NULL)
+        c->lc_tail->next = p;
+    else
+        c->lc_head = p;
+    c->lc_tail = p;
+    c->lc_queued++;
+    lc_set_add(c, h);
+    lc_pump(c);
+}
+
+void cache_lc_fini_queue(struct cache *c)
+{
+    while (c->lc_head != NULL) {
+        struct lc_pending *p = c->lc_head;
+        c->lc_head = p->next;
+        lc_pending_free(p);
+    }
+    c->lc_tail = NULL;
+    c->lc_queued = 0;
+    free(c->lc_set);
+    c->lc_set = NULL;
+}
+
+/* Turns a lancache file found for <ck> into a SEALED disk chunk sending from it; false when it
+ * was refused (then counted and logged) or there was none. */
+bool cache_lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck)
+{
+    if (q->why != NGXCACHE_OK) {
+        if (q->any)
+            lc_refused(c, q->why, q->path);
+        return false;
+    }
+    const struct objver *v = cache_objver_get(c, ck->obj);
+    if (v != NULL && !cache_objver_matches(v, &q->meta)) {
+        lc_refused(c, NGXCACHE_VERSION_DIFFERS, q->path);
+        return false;
+    }
+    ck->state = CHUNK_S_SEALED;
+    cache_chunk_take_meta(ck, &q->meta, cache_objver_set(c, ck->obj, &q->meta, 0));
+    cache_objver_find(c, ck->obj)->lancache = true;
+    cache_meta_clear(&q->meta);
+    ck->meta_known = true;
+    ck->cap = ck->len = q->data_len;
+    ck->fd = q->fd;
+    q->fd = -1;
+    ck->body_off = q->body_off;
+    ASSERT(ck->seen == NULL); /* bytes cached before: a hit */
+    ck->seen = cache_seen_tab_find(&c->seen, ck->obj, ck->index);
+    g_stats.lancache_served++;
+    lc_enqueue(c, ck, q);
+    return true;
+}
+
+/* Says, once at start, when lancache's filesystem holds more than disk_size lets the cache take
+ * (the used space of its filesystem: an estimate, exact for a volume of its own). */
+void cache_lc_size_warning(const struct config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_lancache_dirs; i++) {
+        struct statvfs vs;
+        if (statvfs(cfg->lancache_dirs[i], &vs) < 0)
+            continue;
+        uint64_t used = (uint64_t)(vs.f_blocks - vs.f_bfree) * vs.f_frsize;
+        if (used > cfg->disk_size)
+            log_warn("cache: lancache_dir %s: its filesystem holds %llu MiB, more than disk_size "
+                     "(%llu MiB): moving pauses at disk_size and the rest is served in place",
+                     cfg->lancache_dirs[i], (unsigned long long)(used >> 20),
+                     (unsigned long long)(cfg->disk_size >> 20));
+    }
 }

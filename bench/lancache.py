@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
+"""bench/lancache.py: a lancache cache taken over (issue 18), measured.
+
+A real lancache tree is made by Debian's nginx configured as lancache monolithic (the Nginx class
+of tests/it/b21_lancache.py) in front of bench/origin: N1 Steam-style 1 MiB chunks (the Valve
+agent) and NB multi-slice objects of 64 MiB. nginx is stopped, then:
+
+  A. first byte: the same 1 MiB objects fetched one after the other over one keep-alive
+     connection, the page cache dropped before each pass: first as adopted slices (served from
+     the nginx files, lancache_migrate = copy), then, after a restart (memory empty), as
+     cacheparty chunk hits from disk (each verified whole on its first read). p50/p99/mean TTFB.
+  B. import rate against `cp -r` of the same tree on the same disk, the page cache dropped and a
+     `sync` included in each: cp -r, `cacheparty import --copy` and `cacheparty import` (move:
+     every chunk file and directory synced before an nginx file goes).
+  C. the loop's responsiveness while moves run: /lancache-heartbeat every 2 ms on its own
+     keep-alive connection while one client downloads the whole tree through cacheparty, with
+     lancache_migrate = move against off (no writes), the page cache dropped before each run (as
+     bench/disk_stall.sh measures a cold disk read).
+
+The proxy runs on core 0, the origin, the clients and the probe on core 1. Loopback only;
+bounded in size and time. Needs root (drop_caches) and nginx (`make deps`).
+Usage: bench/lancache.py [--small N1] [--big NB]   (defaults 400 and 4)
+"""
+
+import argparse
+import http.client
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "it"))
+import b21_lancache as B  # noqa: E402  (the nginx-as-lancache fixture)
+import harness as H  # noqa: E402
+
+BUILD = os.environ.get("BUILD", "build")
+CP = os.path.join(ROOT, BUILD, "cacheparty")
+ORIGIN = os.path.join(ROOT, BUILD, "bench", "origin")
+STEAM_HOST, UA = "cache1-ams1.steamcontent.com", "Valve/Steam HTTP Client 1.0"
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def tree_bytes(d):
+    n = b = 0
+    for root, _, names in os.walk(d):
+        for x in names:
+            n += 1
+            b += os.path.getsize(os.path.join(root, x))
+    return n, b
+
+
+class Proxy:
+    def __init__(self, tmp, name, origin_port, extra):
+        self.port, self.admin = free_port(), free_port()
+        self.ini = os.path.join(tmp, name + ".ini")
+        cache = extra.pop("dir")
+        with open(self.ini, "w") as f:
+            f.write("[server]\nlisten = 127.0.0.1:%d\nadmin_listen = 127.0.0.1:%d\n"
+                    "hostname = lc-bench\n[upstream]\ndns = system\noverride = 127.0.0.1:%d\n"
+                    "allow_private = yes\n[cache]\ndir = %s\nchunk_size = 1M\n"
+                    "memory_size = 64M\ndisk_size = 100G\nmin_free = 1G\n" %
+                    (self.port, self.admin, origin_port, cache))
+            for k, v in extra.items():
+                f.write("%s = %s\n" % (k, v))
+            f.write("[domains]\nallow_unlisted = yes\n[log]\naccess =\nlevel = warn\n")
+        self.log = open(os.path.join(tmp, name + ".log"), "a")
+        self.proc = subprocess.Popen(["taskset", "-c", "0", CP, "-c", self.ini],
+                                     stdout=self.log, stderr=self.log)
+        H.wait_until(self.up, 10, what="cacheparty up")
+
+    def up(self):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            c.request("GET", "/lancache-heartbeat")
+            c.getresponse().read()
+            return True
+        except OSError:
+            return False
+
+    def metrics(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.admin, timeout=5)
+        c.request("GET", "/metrics")
+        out = {}
+        for line in c.getresponse().read().decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+        return out
+
+    def settle(self):
+        H.wait_until(lambda: self.metrics().get("cacheparty_cache_disk_io_pending", 0) == 0, 600,
+                     what="disk idle")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def ttfb_pass(port, objs):
+    """TTFB and total time (ms) of each object, one after the other on one connection."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    firsts, totals = [], []
+    for host, ua, path, size in objs:
+        t0 = time.monotonic()
+        c.request("GET", path, headers={"Host": host, "User-Agent": ua or "bench"})
+        r = c.getresponse()
+        first = r.read(1)
+        t1 = time.monotonic()
+        rest = r.read()
+        t2 = time.monotonic()
+        assert r.status == 200 and len(first) + len(rest) == size, (r.status, path)
+        firsts.append((t1 - t0) * 1000)
+        totals.append((t2 - t0) * 1000)
+    c.close()
+    return firsts, totals
+
+
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def probe(port, stop, out):
+    s = socket.create_connection(("127.0.0.1", port))
+    req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: probe.example\r\n\r\n"
+    lat = []
+    while not stop.is_set():
+        t0 = time.monotonic()
+        s.sendall(req)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = s.recv(4096)
+            if not d:
+                raise SystemExit("heartbeat connection closed")
+            buf += d
+        lat.append((time.monotonic() - t0) * 1000)
+        time.sleep(0.002)
+    out.extend(lat)
+
+
+def part_a(tmp, oport, tree, small, proxies):
+    # A. first byte: adopted slice against our chunk hit, same objects, same run
+    objs = small[:min(200, len(small))]
+    cache_a = os.path.join(tmp, "cache_a")
+    p = Proxy(tmp, "a1", oport, {"dir": cache_a, "lancache_dir": tree,
+                                 "lancache_settle": "0", "lancache_migrate": "copy"})
+    proxies.append(p)
+    drop_caches()
+    f_lc, t_lc = ttfb_pass(p.port, objs)
+    m = p.metrics()
+    p.settle()
+    p.stop()
+    served = m.get('cacheparty_lancache_slices_total{result="served"}', 0)
+    p = Proxy(tmp, "a2", oport, {"dir": cache_a})
+    proxies.append(p)
+    drop_caches()
+    f_own, t_own = ttfb_pass(p.port, objs)
+    hits = p.metrics().get('cacheparty_cache_hits_total{tier="disk"}', 0)
+    p.stop()
+    print("\nA. first byte of a 1 MiB object, page cache dropped, one keep-alive client, "
+          "%d objects" % len(objs))
+    print("%-34s %9s %9s %9s %11s %8s" % ("", "p50 ms", "p99 ms", "mean ms", "total p50",
+                                          "N=X*R"))
+    for name, f, t in (("adopted slice (nginx file)", f_lc, t_lc),
+                       ("cacheparty chunk hit (disk)", f_own, t_own)):
+        # Little's law for one client: N = X * R, X = 1 / mean total time
+        x = len(t) / (sum(t) / 1000)
+        print("%-34s %9.2f %9.2f %9.2f %11.2f %8.2f" % (
+            name, q(f, 0.5), q(f, 0.99), statistics.mean(f), q(t, 0.5),
+            x * statistics.mean(t) / 1000))
+    print("(served from lancache: %d chunks; disk hits in the second pass: %d)" %
+          (served, hits))
+
+
+
+def part_b(tmp, tree, nfiles, nbytes):
+    # B. import rate against cp -r, same tree, same disk, cold page cache, sync included;
+    # three rounds in turn, the median of each
+    print("\nB. %.1f MiB, %d files, page cache dropped, sync included, median of 3 rounds" %
+          (nbytes / 2**20, nfiles))
+    ini = os.path.join(tmp, "b.ini")
+    cache_b = os.path.join(tmp, "cache_b")
+    with open(ini, "w") as f:
+        f.write("[server]\nlisten = 127.0.0.1:1\nadmin_listen =\n[cache]\ndir = %s\n"
+                "chunk_size = 1M\ndisk_size = 100G\nmin_free = 1G\nlancache_settle = 0\n"
+                "[domains]\nallow_unlisted = yes\n[log]\naccess =\n" % cache_b)
+    runs = {"cp -r": [], "import --copy --jobs 2": [], "import (move) --jobs 2": []}
+    last = {}
+    for _ in range(3):
+        for name in runs:
+            src = os.path.join(tmp, "tree_b")
+            shutil.rmtree(src, ignore_errors=True)
+            shutil.rmtree(cache_b, ignore_errors=True)
+            dest = os.path.join(tmp, "cp_dest")
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(tree, src)
+            drop_caches()
+            t0 = time.monotonic()
+            if name == "cp -r":
+                subprocess.run(["cp", "-r", src, dest], check=True)
+            else:
+                args = ["--jobs", "2"] + (["--copy"] if "--copy" in name else [])
+                r = subprocess.run([CP, "-c", ini, "import", src] + args,
+                                   capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+                last[name] = r.stdout.strip().splitlines()[-2]
+            subprocess.run(["sync"], check=True)
+            runs[name].append(time.monotonic() - t0)
+    for name in last:
+        print("   " + last[name])
+    cp_s = statistics.median(runs["cp -r"])
+    print("%-28s %9s %9s %12s   %s" % ("", "seconds", "MiB/s", "rate vs cp", "rounds (s)"))
+    for name, ts in runs.items():
+        m = statistics.median(ts)
+        print("%-28s %9.2f %9.1f %12.2f   %s" % (name, m, nbytes / 2**20 / m, cp_s / m,
+                                               " ".join("%.2f" % t for t in ts)))
+    shutil.rmtree(os.path.join(tmp, "tree_b"), ignore_errors=True)
+    shutil.rmtree(cache_b, ignore_errors=True)
+
+
+
+def part_c(tmp, oport, copies, modes, small, big, proxies):
+    # C. heartbeat while moves run, against no moves
+    print("\nC. /lancache-heartbeat every 2 ms while one client downloads the tree through "
+          "cacheparty (page cache dropped)")
+    print("%-26s %9s %8s %9s %9s %9s" % ("lancache_migrate", "MB/s", "probes", "p50 ms",
+                                         "p99 ms", "max ms"))
+    for mode in modes:
+        p = Proxy(tmp, "c_" + mode, oport, {"dir": os.path.join(tmp, "cache_c_" + mode),
+                                           "lancache_dir": copies["c_" + mode],
+                                           "lancache_settle": "0",
+                                           "lancache_migrate": mode})
+        proxies.append(p)
+        drop_caches()
+        stop, lat = threading.Event(), []
+        th = threading.Thread(target=probe, args=(p.port, stop, lat))
+        th.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        f, t = ttfb_pass(p.port, small + big)
+        dt = time.monotonic() - t0
+        p.settle()
+        stop.set()
+        th.join()
+        m = p.metrics()
+        p.stop()
+        mb = sum(o[3] for o in small + big) / dt / 1e6
+        print("%-26s %9.0f %8d %9.2f %9.2f %9.2f   (moved %d)" % (
+            mode, mb, len(lat), q(lat, 0.5), q(lat, 0.99), max(lat),
+            m.get('cacheparty_lancache_slices_total{result="migrated"}', 0)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", type=int, default=400)
+    ap.add_argument("--big", type=int, default=4)
+    ap.add_argument("--parts", default="ABC", help="which measurements (default ABC)")
+    ap.add_argument("--modes", default="off,move", help="lancache_migrate values compared in C")
+    a = ap.parse_args()
+    if os.geteuid() != 0 or not os.path.exists(B.NGINX):
+        sys.exit("bench/lancache.py needs root (drop_caches) and nginx (make deps)")
+    subprocess.run(["make", "--no-print-directory", "-C", ROOT, "all", BUILD + "/bench/origin"],
+                   check=True, stdout=subprocess.DEVNULL)
+    os.sched_setaffinity(0, {1})
+    tmp = tempfile.mkdtemp(prefix="cp-lcbench.")
+    oport = free_port()
+    origin = subprocess.Popen(["taskset", "-c", "1", ORIGIN, "-l", "127.0.0.1:%d" % oport,
+                               "-d", "0", "-r", "0", "-t", "3600"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxies = []
+    try:
+        small = [(STEAM_HOST, UA, "/1M/depot/%d/chunk/%040x" % (i, i), 1 << 20)
+                 for i in range(a.small)]
+        big = [("dl.bench.example", None, "/64M/big/%d" % i, 64 << 20) for i in range(a.big)]
+        ngx = B.Nginx(tmp, oport)
+        t0 = time.monotonic()
+        for host, ua, path, size in small + big:
+            st, body = ngx.get(host, path, ua)
+            assert st == 200 and len(body) == size, (st, path)
+        fill_s = time.monotonic() - t0
+        ngx.stop()
+        tree = ngx.cache
+        nfiles, nbytes = tree_bytes(tree)
+        print("tree: %d nginx files, %.1f MiB (filled through nginx in %.1f s)" %
+              (nfiles, nbytes / 2**20, fill_s))
+        copies = {}
+        modes = a.modes.split(",")
+        for name in ["c_" + m for m in modes]:
+            copies[name] = os.path.join(tmp, "tree_" + name)
+            shutil.copytree(tree, copies[name])
+
+        if "A" in a.parts:
+            part_a(tmp, oport, tree, small, proxies)
+        if "B" in a.parts:
+            part_b(tmp, tree, nfiles, nbytes)
+        if "C" in a.parts:
+            part_c(tmp, oport, copies, modes, small, big, proxies)
+    finally:
+        for p in proxies:
+            if p.proc.poll() is None:
+                p.proc.kill()
+        origin.terminate()
+        origin.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
