@@ -16,8 +16,9 @@
  *   object is adopted only when the object's other slices in the tree agree on its version. A
  *   file that fails is left in place and counted by reason.
  * - Writing goes through ngxfile_move: a chunk file that exists already is kept (a second run
- *   adopts nothing new), and with move (the default) each nginx file is removed once its chunks
- *   are durable, so a kill at any moment loses nothing and a new run resumes. Temporary nginx
+ *   adopts nothing new), and with move (the default) the nginx files are removed in batches of
+ *   256 per worker after one syncfs() of each cache filesystem made their chunks durable (and
+ *   only a file still the one read), so a kill at any moment loses nothing and a new run resumes. Temporary nginx
  *   files (unfinished fills) are removed with move. Nothing is written past disk_size (counting
  *   what the cache dirs hold at the start) or under min_free.
  * - Beside a running daemon: the daemon serves what import wrote as soon as a client asks (its

@@ -49,10 +49,10 @@ enum ngxcache_verdict ngxfile_open(struct ngxfile *nf, const char *path, uint64_
  * Writing the chunks an nginx file holds as chunk files (chunkfile.h) of shard <shard_dir>:
  * chunks <first>..<last> of object <obj> (first == last unless the file is a 200 holding the
  * whole object), chunk <first> starting at <off0> in <fd>. A chunk that has a file already is
- * left as it is. With <remove> (lancache_migrate = move) every file is synced (data, then its
- * directory) and then the nginx file <ngx_path> is unlinked, only if it is still the file
- * (<dev>, <ino>) that was read; nothing is unlinked after a failure. So a kill at any moment
- * leaves the nginx file, or complete chunk files, or both.
+ * left as it is. Nothing is synced: whoever removes nginx files afterwards (the daemon's mover,
+ * import) first makes the chunk files durable with one syncfs() per filesystem for a batch of
+ * moves, then unlinks each nginx file that is still the (dev, ino) it read. So a kill at any
+ * moment leaves the nginx file, or complete chunk files, or both.
  */
 struct ngxfile_move {
     int fd;               /* borrowed: the nginx file */
@@ -63,15 +63,10 @@ struct ngxfile_move {
     uint8_t obj[16];
     uint64_t seq;            /* tmp name uniqueness (chunkfile_tmp_path) */
     struct chunkfile_meta m; /* the version and fields; index and data_len are set per chunk */
-    bool remove;
-    char ngx_path[4096];
-    dev_t dev;
-    ino_t ino;
     /* Out: */
     int rc;          /* 0, or -errno of the first failure */
     uint64_t *bytes; /* owns (free): per chunk first..last, its file's bytes on disk (0: not
                         written by this call) */
-    bool removed;
 };
 void ngxfile_move(struct ngxfile_move *mv);
 

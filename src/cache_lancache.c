@@ -404,7 +404,6 @@ static void lc_move_one(const struct lc_batch *b, struct lc_pending *p, struct n
     mv.m.fields_len = head->len;
     mv.m.response_time = head->response_time;
     mv.m.initial_age = head->initial_age;
-    mv.remove = false; /* the batch removes, after its sync */
     ngxfile_move(&mv);
     p->first = mv.first;
     p->last = mv.last;

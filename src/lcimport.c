@@ -397,29 +397,66 @@ static bool free_space(const char *path, uint64_t *avail)
     }
 }
 
-/* Syncs the chunk files <first>..<last> that exist already, then removes the nginx file. */
-static bool remove_when_present(const char *shard_dir, const uint8_t obj[16], uint64_t first,
-                                uint64_t last, const struct ngxfile *nf, const char *ngx_path)
+/*
+ * The nginx files of one worker whose chunks are all in the cache, removed in batches: one
+ * syncfs per cache filesystem written (it covers chunk files this run wrote and those an earlier
+ * run or the daemon wrote), then each nginx file that is still the one read. A kill before the
+ * sync leaves the nginx files, which the next run finds present and removes.
+ */
+#define IMPORT_BATCH 256
+
+struct gone_item {
+    char *path; /* owns */
+    dev_t dev;
+    ino_t ino;
+    size_t shard;
+};
+
+struct gone_batch {
+    struct gone_item items[IMPORT_BATCH];
+    size_t n;
+};
+
+static void gone_flush(struct imp *im, struct gone_batch *g)
 {
-    for (uint64_t i = first; i <= last; i++) {
-        char path[PATH_MAX];
-        if (chunkfile_path(path, sizeof(path), shard_dir, obj, i) < 0)
-            return false;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return false;
-        int rc = fsync(fd);
-        close(fd);
-        if (rc < 0)
-            return false;
+    bool synced[CONFIG_MAX_DIRS] = {false}, failed[CONFIG_MAX_DIRS] = {false};
+    for (size_t i = 0; i < g->n; i++) {
+        size_t s = g->items[i].shard;
+        if (synced[s] || failed[s])
+            continue;
+        int fd = open(im->cfg->dirs[s], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        bool ok = fd >= 0 && syncfs(fd) == 0;
+        if (fd >= 0)
+            close(fd);
+        synced[s] = ok;
+        failed[s] = !ok;
     }
-    struct stat now;
-    return lstat(ngx_path, &now) == 0 && now.st_dev == nf->sb.st_dev &&
-           now.st_ino == nf->sb.st_ino && unlink(ngx_path) == 0;
+    uint64_t removed = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct gone_item *it = &g->items[i];
+        struct stat now;
+        if (synced[it->shard] && lstat(it->path, &now) == 0 && now.st_dev == it->dev &&
+            now.st_ino == it->ino && unlink(it->path) == 0)
+            removed++;
+        free(it->path);
+    }
+    g->n = 0;
+    pthread_mutex_lock(&im->mu);
+    im->removed += removed;
+    pthread_mutex_unlock(&im->mu);
+}
+
+static void gone_add(struct imp *im, struct gone_batch *g, const char *path,
+                     const struct ngxfile *nf, size_t shard)
+{
+    if (g->n == IMPORT_BATCH)
+        gone_flush(im, g);
+    g->items[g->n++] = (struct gone_item){
+        .path = xstrdup(path), .dev = nf->sb.st_dev, .ino = nf->sb.st_ino, .shard = shard};
 }
 
 static void import_file(struct imp *im, const char *path, const char *name, struct ngxfile *nf,
-                        struct ngxfile *other)
+                        struct ngxfile *other, struct gone_batch *gone)
 {
     const struct config *cfg = im->cfg;
     uint64_t slice = cfg->chunk_size;
@@ -428,9 +465,9 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         return; /* gone meanwhile (a running daemon moved it) */
     uint64_t size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
     if (ngxcache_is_temp_name(name, strlen(name))) {
-        bool gone = !im->o->dry_run && !im->o->copy && unlink(path) == 0;
+        bool unlinked = !im->o->dry_run && !im->o->copy && unlink(path) == 0;
         pthread_mutex_lock(&im->mu);
-        im->temp_removed += gone;
+        im->temp_removed += unlinked;
         pthread_mutex_unlock(&im->mu);
         count(im, NGXCACHE_TEMP, size);
         return;
@@ -503,7 +540,8 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
     char *ckey = cache_key_build(ident, uri, uri_len, &klen);
     uint8_t obj[16];
     cache_obj_hash(ckey, klen, obj);
-    const char *shard_dir = cfg->dirs[cache_shard_of(cfg->n_dirs, obj)];
+    size_t shard = cache_shard_of(cfg->n_dirs, obj);
+    const char *shard_dir = cfg->dirs[shard];
     uint64_t first = nf->f.first / slice, last = nf->f.last / slice;
     bool all_there = true;
     for (uint64_t i = first; i <= last && all_there; i++) {
@@ -512,11 +550,10 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         all_there = chunkfile_path(p, sizeof(p), shard_dir, obj, i) == 0 && stat(p, &csb) == 0;
     }
     if (all_there) { /* an earlier run's, or the daemon's */
-        bool gone = !im->o->dry_run && !im->o->copy &&
-                    remove_when_present(shard_dir, obj, first, last, nf, path);
+        if (!im->o->dry_run && !im->o->copy)
+            gone_add(im, gone, path, nf, shard);
         pthread_mutex_lock(&im->mu);
         im->present++;
-        im->removed += gone;
         im->done_files++;
         im->done_bytes += size;
         pthread_mutex_unlock(&im->mu);
@@ -572,11 +609,9 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
     mv.m.fields_len = head->len;
     mv.m.response_time = head->response_time;
     mv.m.initial_age = head->initial_age;
-    mv.remove = !im->o->copy;
-    snprintf(mv.ngx_path, sizeof(mv.ngx_path), "%s", path);
-    mv.dev = nf->sb.st_dev;
-    mv.ino = nf->sb.st_ino;
     ngxfile_move(&mv);
+    if (mv.rc == 0 && !im->o->copy)
+        gone_add(im, gone, path, nf, shard);
     uint64_t written = 0;
     for (uint64_t i = 0; i <= last - first; i++)
         written += mv.bytes != NULL && mv.bytes[i] > 0;
@@ -590,7 +625,6 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         im->adopted++;
         im->chunks += written;
         im->adopted_bytes += nf->f.body_len;
-        im->removed += mv.removed;
     }
     im->done_files++;
     im->done_bytes += size;
@@ -608,6 +642,7 @@ static void *worker(void *arg)
     struct ngxfile nf, other;
     ngxfile_init(&nf);
     ngxfile_init(&other);
+    struct gone_batch *gone = xcalloc(1, sizeof(*gone));
     for (;;) {
         pthread_mutex_lock(&im->mu);
         size_t k = im->next < im->n_l2 ? im->next++ : SIZE_MAX;
@@ -623,10 +658,12 @@ static void *worker(void *arg)
                 continue;
             char path[PATH_MAX];
             if (join(path, sizeof(path), im->l2[k], e->d_name))
-                import_file(im, path, e->d_name, &nf, &other);
+                import_file(im, path, e->d_name, &nf, &other, gone);
         }
         closedir(dir);
     }
+    gone_flush(im, gone);
+    free(gone);
     ngxfile_fini(&nf);
     ngxfile_fini(&other);
     pthread_mutex_lock(&im->mu);

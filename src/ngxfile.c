@@ -119,23 +119,6 @@ bool ngxfile_same_version(const struct ngxfile *a, const struct ngxfile *b)
            strcmp(a->last_modified, b->last_modified) == 0;
 }
 
-/* fsync of the directory holding <path>: the rename into it is durable. */
-static int sync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return -EINVAL;
-    *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 static int read_exact(int fd, char *buf, size_t len, off_t off)
 {
     size_t got = 0;
@@ -154,13 +137,11 @@ static int read_exact(int fd, char *buf, size_t len, off_t off)
 
 void ngxfile_move(struct ngxfile_move *mv)
 {
-    _Static_assert(sizeof(mv->ngx_path) >= PATH_MAX, "ngx_path holds a path");
     uint64_t n = mv->last - mv->first + 1;
     mv->bytes = xcalloc(n, sizeof(*mv->bytes));
     mv->rc = 0;
     char *body = xmalloc(mv->chunk_size);
     char path[PATH_MAX], tmp[PATH_MAX];
-    bool durable = mv->remove;
     for (uint64_t i = 0; i < n && mv->rc == 0; i++) {
         uint64_t index = mv->first + i, off, len;
         range_chunk_span(index, mv->chunk_size, mv->m.total, &off, &len);
@@ -178,19 +159,11 @@ void ngxfile_move(struct ngxfile_move *mv)
             break;
         mv->m.index = index;
         mv->m.data_len = (uint32_t)len;
-        mv->rc = chunkfile_write_tmp(AT_FDCWD, tmp, &mv->m, body, (size_t)len, durable);
+        mv->rc = chunkfile_write_tmp(AT_FDCWD, tmp, &mv->m, body, (size_t)len, false);
         if (mv->rc == 0)
             mv->rc = chunkfile_commit(AT_FDCWD, tmp, path);
-        if (mv->rc == 0 && durable)
-            mv->rc = sync_parent(path);
         if (mv->rc == 0 && stat(path, &sb) == 0)
             mv->bytes[i] = diskidx_file_bytes(&sb);
     }
     free(body);
-    if (mv->rc != 0 || !mv->remove)
-        return;
-    /* Every chunk is durable in the cache: the nginx file goes, if it is still the one read. */
-    struct stat now;
-    if (lstat(mv->ngx_path, &now) == 0 && now.st_dev == mv->dev && now.st_ino == mv->ino)
-        mv->removed = unlink(mv->ngx_path) == 0;
 }
