@@ -34,9 +34,12 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
-#define CONFIG_MAX_ADDRS 16 /* per address list (listen, passthrough_listen, dns) */
-#define CONFIG_MAX_DIRS 16  /* cache dirs */
-#define CONFIG_HOST_MAX 256 /* host names, incl. NUL */
+#define CONFIG_MAX_ADDRS 16       /* per address list (listen, passthrough_listen, dns) */
+#define CONFIG_MAX_DIRS 16        /* cache dirs */
+#define CONFIG_HOST_MAX 256       /* host names, incl. NUL */
+#define CONFIG_ADMIN_TOKEN_MIN 16 /* admin_token: characters, at least */
+#define CONFIG_ADMIN_TOKEN_MAX 256
+#define CONFIG_MAX_ADMIN_NAMES 16
 #define CONFIG_DEFAULT_PATH SYSCONFDIR_STR "/cacheparty/cacheparty.ini"
 #ifndef SYSCONFDIR_STR
 #define SYSCONFDIR_STR "/etc"
@@ -107,6 +110,12 @@ struct config {
     size_t n_listen; /* >= 1 */
     bool has_admin;  /* admin_listen non-empty */
     struct cfg_addr admin_listen;
+    /* admin_token: "" when not set (then admin_listen must be loopback); visible ASCII without
+     * '"', ',', ';', '\\' (it travels as it is in a header and a cookie). */
+    char admin_token[CONFIG_ADMIN_TOKEN_MAX + 1];
+    bool admin_public;                         /* read-only views without the token */
+    char *admin_names[CONFIG_MAX_ADMIN_NAMES]; /* owns: host names (lowercase, no port) */
+    size_t n_admin_names;
     char hostname[CONFIG_HOST_MAX]; /* default gethostname() */
     unsigned max_connections;       /* >= 1 */
     uint64_t request_timeout_ms;

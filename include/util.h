@@ -68,6 +68,8 @@ void util_addr_text(const struct sockaddr_storage *ss, char *out, size_t cap);
 /* Whether <a> and <b> are the same family, address and port (the rest is ignored). */
 bool util_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 void util_addr_ip(const struct sockaddr_storage *ss, char *out, size_t cap);
+/* Whether <ss> is a loopback address: 127.0.0.0/8, ::1 or IPv4-mapped 127.0.0.0/8. */
+bool util_addr_is_loopback(const struct sockaddr_storage *ss);
 
 /* Set O_NONBLOCK and FD_CLOEXEC on <fd>. Returns 0 or -errno. */
 int util_set_nonblock(int fd);

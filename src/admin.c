@@ -37,6 +37,7 @@
 
 #include <ev.h>
 
+#include "adminauth.h"
 #include "admit.h"
 #include "buf.h"
 #include "cache.h"
@@ -236,6 +237,7 @@ static void mw_sample(struct mw *w, const char *label_value, uint64_t v)
 
 static struct admin_ctx *actx; /* borrows: main's */
 static unsigned n_conns;
+static bool on_loopback; /* admin_listen is a loopback address (fixed for the listener's life) */
 
 static void on_export_family(const struct stats_family *fam, void *arg)
 {
@@ -419,10 +421,62 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
     respond_text(c, req, 200, NULL, false, "purged %d\n", n);
 }
 
+/* Whether a PURGE says its identifier in its query (then its Host is the admin's). */
+static bool purge_names_identifier(const char *h, const struct h1_req *req)
+{
+    const char *q = h + req->path.off + req->path_only.len;
+    size_t qlen = req->path.len - req->path_only.len;
+    for (size_t i = 1; i < qlen; i++) /* "identifier=" at the start of a parameter */
+        if ((q[i - 1] == '?' || q[i - 1] == '&') && qlen - i >= 11 &&
+            memcmp(q + i, "identifier=", 11) == 0)
+            return true;
+    return false;
+}
+
 static bool path_is(const char *h, const struct h1_req *req, const char *p)
 {
     size_t len = strlen(p);
     return req->path_only.len == len && memcmp(h + req->path_only.off, p, len) == 0;
+}
+
+static void field_of(const char *h, const struct h1_req *req, const char *name, const char **v,
+                     size_t *len)
+{
+    const struct h1_field *f = h1_find(h, req->fields, req->n_fields, name);
+    *v = f != NULL ? h + f->value.off : NULL;
+    *len = f != NULL ? f->value.len : 0;
+}
+
+/* adminauth's checks for the request (the configuration of this moment: the token, the names
+ * and admin_public change on reload). Returns true when it may go on; otherwise the refusal is
+ * queued and logged. */
+static bool admitted(struct admin_conn *c, const char *h, const struct h1_req *req, bool read_only,
+                     bool host_is_object)
+{
+    const struct config *cfg = g_cfg;
+    struct adminauth_policy pol = {.loopback = on_loopback,
+                                   .token = cfg->admin_token,
+                                   .public_views = cfg->admin_public,
+                                   .names = (const char *const *)cfg->admin_names,
+                                   .n_names = cfg->n_admin_names};
+    struct adminauth_req r = {.read_only = read_only, .host_is_object = host_is_object};
+    r.host = req->authority.len > 0 ? h + req->authority.off : NULL;
+    r.host_len = req->authority.len;
+    field_of(h, req, "Authorization", &r.authorization, &r.authorization_len);
+    field_of(h, req, "Cookie", &r.cookie, &r.cookie_len);
+    field_of(h, req, "Origin", &r.origin, &r.origin_len);
+    field_of(h, req, "Sec-Fetch-Site", &r.fetch_site, &r.fetch_site_len);
+    enum adminauth_verdict v = adminauth_check(&pol, &r);
+    if (v == ADMINAUTH_OK)
+        return true;
+    int status = adminauth_status(v);
+    log_info("admin#%u %s: %.*s %.*s refused (%d): %s", c->id, c->peer, (int)req->method_s.len,
+             h + req->method_s.off, (int)req->path.len, h + req->path.off, status,
+             adminauth_reason(v));
+    respond_text(c, req, status,
+                 status == 401 ? "WWW-Authenticate: Bearer realm=\"cacheparty admin\"\r\n" : NULL,
+                 req->method == H1_M_HEAD, "%s\n", adminauth_reason(v));
+    return false;
 }
 
 /* Answers the request held in <h> (the input buffer) and parsed into <req>. */
@@ -439,6 +493,8 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
 
     if (req->method == H1_M_CONNECT)
         c->close_after = true;
+    if (!admitted(c, h, req, get, purge && !purge_names_identifier(h, req)))
+        return;
     if (purge) {
         handle_purge(c, h, req);
     } else if (get && known) {
@@ -701,6 +757,7 @@ int admin_start(struct admin_ctx *ctx, const struct cfg_addr *addr, char *err, s
     int fd = server_listen_socket(addr, ADMIN_BACKLOG, "admin_listen", err, errlen);
     if (fd < 0)
         return -1;
+    on_loopback = util_addr_is_loopback(&addr->ss);
     ev_io_init(&listener, on_admin_accept, fd, EV_READ);
     ev_io_start(ctx->loop, &listener);
     ev_init(&backoff, on_backoff);

@@ -74,7 +74,7 @@ struct cfg_key {
 static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool, parse_steam_ua,
     parse_steam_hosts, parse_addr_list, parse_addr_opt, parse_hostname, parse_dns,
     parse_hostport_opt, parse_dirs, parse_migrate, parse_path_opt, parse_path, parse_level,
-    parse_format;
+    parse_format, parse_admin_token, parse_admin_names;
 
 /*
  * Every key, in the order of conf/cacheparty.ini (which documents each). Fields left out are 0:
@@ -96,6 +96,17 @@ static const struct cfg_key cfg_keys[] = {
      .off2 = offsetof(struct config, has_admin),
      .def = "127.0.0.1:8081",
      .fixed = "cannot change live: kept"},
+    {.section = "server", .name = "admin_token", .parse = parse_admin_token, .def = ""},
+    {.section = "server",
+     .name = "admin_public",
+     .parse = parse_bool,
+     .off = offsetof(struct config, admin_public),
+     .def = "no"},
+    {.section = "server",
+     .name = "admin_names",
+     .parse = parse_admin_names,
+     .list = true,
+     .def = ""},
     {.section = "server", .name = "hostname", .parse = parse_hostname, .def = ""},
     {.section = "server",
      .name = "max_connections",
@@ -872,6 +883,67 @@ static int parse_hostname(struct config *cfg, const struct cfg_key *key, const c
     return 0;
 }
 
+static int parse_admin_token(struct config *cfg, const struct cfg_key *key, const char *val,
+                             bool append, char *msg, size_t msglen)
+{
+    (void)key;
+    (void)append;
+    size_t n = strlen(val);
+    if (n == 0) {
+        cfg->admin_token[0] = '\0';
+        return 0;
+    }
+    if (n < CONFIG_ADMIN_TOKEN_MIN || n > CONFIG_ADMIN_TOKEN_MAX)
+        return bad(msg, msglen,
+                   "a token of %zu characters: %d to %d are needed (try: head -c 24 "
+                   "/dev/urandom | base64)",
+                   n, CONFIG_ADMIN_TOKEN_MIN, CONFIG_ADMIN_TOKEN_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)val[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == '"' || ch == ',' || ch == ';' || ch == '\\')
+            return bad(msg, msglen,
+                       "character %zu of the token is not allowed (visible ASCII, not '\"', "
+                       "',', ';' or '\\')",
+                       i + 1);
+    }
+    memcpy(cfg->admin_token, val, n + 1);
+    return 0;
+}
+
+static int parse_admin_names(struct config *cfg, const struct cfg_key *key, const char *val,
+                             bool append, char *msg, size_t msglen)
+{
+    char tok[CONFIG_TOKEN_MAX];
+    const char *p = val;
+    int rc;
+
+    (void)key;
+    if (!append) {
+        for (size_t i = 0; i < cfg->n_admin_names; i++)
+            free(cfg->admin_names[i]);
+        cfg->n_admin_names = 0;
+    }
+    while ((rc = next_token(&p, tok, sizeof(tok))) != 0) {
+        if (rc < 0)
+            return bad(msg, msglen, "'%s...' is too long", tok);
+        if (!is_host_name(tok))
+            return bad(msg, msglen,
+                       "'%s' is not a host name (letters, digits, '-', '_' and dots; no port)",
+                       tok);
+        for (char *c = tok; *c != '\0'; c++)
+            *c = (char)tolower((unsigned char)*c);
+        bool dup = false;
+        for (size_t i = 0; i < cfg->n_admin_names && !dup; i++)
+            dup = strcmp(cfg->admin_names[i], tok) == 0;
+        if (dup)
+            continue;
+        if (cfg->n_admin_names == CONFIG_MAX_ADMIN_NAMES)
+            return bad(msg, msglen, "too many names (at most %d)", CONFIG_MAX_ADMIN_NAMES);
+        cfg->admin_names[cfg->n_admin_names++] = xstrdup(tok);
+    }
+    return 0;
+}
+
 static int parse_dns(struct config *cfg, const struct cfg_key *key, const char *val, bool append,
                      char *msg, size_t msglen)
 {
@@ -1159,6 +1231,12 @@ static void check_whole(struct load_ctx *ctx)
     if (cfg->n_listen == 0)
         fail_at(ctx, line_of(ctx, "server", "listen"),
                 "[server] listen: at least one address is required");
+    if (cfg->has_admin && !util_addr_is_loopback(&cfg->admin_listen.ss) &&
+        cfg->admin_token[0] == '\0')
+        fail_at(ctx, line_of(ctx, "server", "admin_listen"),
+                "[server] admin_listen: %s is not a loopback address: set [server] admin_token "
+                "(every request off loopback then needs it) or listen on 127.0.0.1",
+                cfg->admin_listen.text);
     if (cfg->has_admin && addr_in(&cfg->admin_listen, cfg->listen, cfg->n_listen))
         fail_at(ctx, line_of(ctx, "server", "admin_listen"),
                 "[server] admin_listen: %s is also a listen address", cfg->admin_listen.text);
@@ -1332,6 +1410,8 @@ void config_free(struct config **cfg)
         free(c->lancache_dirs[i]);
     for (size_t i = 0; i < c->n_steam_hosts; i++)
         free(c->steam_hosts[i]);
+    for (size_t i = 0; i < c->n_admin_names; i++)
+        free(c->admin_names[i]);
     config_rules_free(c);
     free(c->cache_domains);
     free(c->tls_access);

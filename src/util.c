@@ -104,6 +104,19 @@ void util_addr_ip(const struct sockaddr_storage *ss, char *out, size_t cap)
     snprintf(out, cap, "%s", ip);
 }
 
+bool util_addr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
 void util_addr_text(const struct sockaddr_storage *ss, char *out, size_t cap)
 {
     char ip[INET6_ADDRSTRLEN];

@@ -193,7 +193,11 @@ class Admin(H.CPTestCase):
         H.wait_until(lambda: sum(1 for k in H.chunk_index(cache_dir) if k[0] == key) == n,
                      10 * H.SLOW, 0.05, "%d chunk files of %r" % (n, key))
 
-    def purge(self, target, host=H.DEFAULT_HOST, headers=()):
+    def purge(self, target, host=None, headers=()):
+        """PURGE <target>: with ?identifier= on the admin's own Host (another is refused), else
+        with the Host that names the object (DEFAULT_HOST unless given)."""
+        if host is None:
+            host = "127.0.0.1" if "identifier=" in target else H.DEFAULT_HOST
         r = self.admin_req(target, method="PURGE", host=host, headers=headers)
         return r, bytes(r.body).decode("latin-1")
 
@@ -350,9 +354,14 @@ class Admin(H.CPTestCase):
         r = self.get(p)
         self.assertEqual(r.header("X-Upstream-Cache-Status"), "HIT")
         n0 = self.origin.request_count()
-        # the right one, percent-encoded, whatever the Host
+        # the right one, percent-encoded; with ?identifier= the Host must be the admin's (a
+        # name pointed at the admin address by a rebinding page is refused: nothing purged)
         ident = H.DEFAULT_HOST.replace(".", "%2E")
         r, body = self.purge(p + "?a=b&identifier=" + ident, host="admin.invalid")
+        self.assertStatus(r, 403)
+        self.assertEqual(self.get(p).header("X-Upstream-Cache-Status"), "HIT")
+        r, body = self.purge(p + "?a=b&identifier=" + ident,
+                             host="127.0.0.1:%d" % self.daemon.admin_port)
         self.assertStatus(r, 200)
         self.assertRegex(body, r"^purged [1-9]\d*\n$")
         r = self.get(p)
@@ -360,7 +369,7 @@ class Admin(H.CPTestCase):
         self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
         self.assertEqual(self.origin.request_count(), n0 + 1)
         for bad in ("?identifier=", "?identifier=a%0Ab", "?identifier=%zz"):
-            self.assertStatus(self.purge(p + bad)[0], 400)
+            self.assertStatus(self.purge(p + bad, host="localhost")[0], 400)
 
     def test_purge_uses_cache_domains_identifier(self):
         self.start({"domains": {"cache_domains": LISTS, "allow_unlisted": "no"}})

@@ -888,6 +888,7 @@ class Daemon:
         self.log_path = os.path.join(tmpdir, "daemon.log")
         self.port = None
         self.config = None
+        self.admin_token = None
         os.makedirs(os.path.join(tmpdir, "cache"), exist_ok=True)
         if start:
             self.start()
@@ -900,11 +901,15 @@ class Daemon:
         cfg = default_config(self.tmpdir, port, dns_addr, origin_addr, admin_listen="auto")
         merge_config(cfg, self.overrides)
         self.admin_port = None
-        if cfg["server"].get("admin_listen") == "auto":
+        # "auto": loopback; "auto-any": 0.0.0.0 (not loopback: needs admin_token; the tests
+        # still connect to 127.0.0.1 only).
+        if cfg["server"].get("admin_listen") in ("auto", "auto-any"):
+            addr = "127.0.0.1" if cfg["server"]["admin_listen"] == "auto" else "0.0.0.0"
             self.admin_port = free_port()
             while self.admin_port == port:  # the kernel may hand out a just-closed port again
                 self.admin_port = free_port()
-            cfg["server"]["admin_listen"] = "127.0.0.1:%d" % self.admin_port
+            cfg["server"]["admin_listen"] = "%s:%d" % (addr, self.admin_port)
+        self.admin_token = cfg["server"].get("admin_token") or None
         self.config = cfg
         with open(self.ini, "w") as f:
             f.write(render_ini(cfg))
@@ -1049,8 +1054,9 @@ class Daemon:
         if self.admin_port is None:
             raise DaemonError("no admin listener: start with admin_listen = auto")
         c = Client(self.admin_port)
+        auth = [("Authorization", "Bearer " + self.admin_token)] if self.admin_token else []
         try:
-            c.request(target, host="127.0.0.1")
+            c.request(target, host="127.0.0.1", headers=auth)
             return c.read_response()
         finally:
             c.close()
