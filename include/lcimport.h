@@ -18,9 +18,9 @@
  * - Writing goes through ngxfile_move: a chunk file that exists already is kept (a second run
  *   adopts nothing new), and with move (the default) the nginx files are removed in batches of
  *   256 per worker after one syncfs() of each cache filesystem made their chunks durable (and
- *   only a file still the one read), so a kill at any moment loses nothing and a new run resumes.
- * Temporary nginx files (unfinished fills) are removed with move. Nothing is written past disk_size
- * (counting what the cache dirs hold at the start) or under min_free.
+ *   only a file still the one read), so a kill at any moment loses nothing and a new run
+ *   resumes. Temporary nginx files (unfinished fills) are removed with move. Nothing is written
+ *   past disk_size (counting what the cache dirs hold at the start) or under min_free.
  * - Beside a running daemon: the daemon serves what import wrote as soon as a client asks (its
  *   lookup of the slice in a lancache_dir finds the nginx file gone and our chunk file there),
  *   but counts those files against disk_size only after its next start. Do not start or restart
