@@ -77,6 +77,8 @@ int diskidx_lookup(struct diskidx *d, const uint8_t obj[16], uint64_t index);
 /* Whether <bytes> more on shard <shard> keep the total within disk_size and its filesystem over
  * min_free (as last measured): what may be added without making anything be evicted. */
 bool diskidx_has_room(const struct diskidx *d, unsigned shard, uint64_t bytes);
+/* Whether <bytes> could ever be held: within disk_size (when set), whatever is stored now. */
+bool diskidx_fits(const struct diskidx *d, uint64_t bytes);
 
 /* The cache deleted the file of (<obj>, <index>) (damaged, old version, purged): forget it. */
 void diskidx_remove(struct diskidx *d, const uint8_t obj[16], uint64_t index);

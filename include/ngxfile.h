@@ -49,10 +49,12 @@ enum ngxcache_verdict ngxfile_open(struct ngxfile *nf, const char *path, uint64_
  * Writing the chunks an nginx file holds as chunk files (chunkfile.h) of shard <shard_dir>:
  * chunks <first>..<last> of object <obj> (first == last unless the file is a 200 holding the
  * whole object), chunk <first> starting at <off0> in <fd>. A chunk that has a file already is
- * left as it is. Nothing is synced: whoever removes nginx files afterwards (the daemon's mover,
- * import) first makes the chunk files durable with one syncfs() per filesystem for a batch of
- * moves, then unlinks each nginx file that is still the (dev, ino) it read. So a kill at any
- * moment leaves the nginx file, or complete chunk files, or both.
+ * left as it is when that file verifies (chunkfile_read_verify: whole, of this key and index),
+ * and rewritten from the nginx file when it does not. Nothing is synced: whoever removes nginx
+ * files afterwards (the daemon's mover, import) first makes the chunk files durable with one
+ * syncfs() per filesystem for a batch of moves, then unlinks each nginx file that is still the
+ * (dev, ino) it read. So a kill at any moment leaves the nginx file, or complete chunk files, or
+ * both.
  */
 struct ngxfile_move {
     int fd;               /* borrowed: the nginx file */

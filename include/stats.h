@@ -162,6 +162,8 @@
       "chunks written into the cache from lancache's files")                                       \
     X(lancache_removed, counter, "lancache_slices_total", "removed",                               \
       "lancache files removed once moved (lancache_migrate = move)")                               \
+    X(lancache_unlink_failed, counter, "lancache_slices_total", "not_removed",                     \
+      "lancache files moved that could not be removed (no write access to their directory)")       \
     X(lancache_paused, gauge, "lancache_move_paused", NULL,                                        \
       "1 while moving lancache's files waits for room under disk_size or min_free")                \
     X(lancache_skip_not_file, counter, "lancache_skipped_total", "not_file",                       \

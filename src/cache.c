@@ -551,6 +551,7 @@ struct load_job {
     bool deleted;        /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
     bool skip_own;       /* the disk index knows there is no chunk file: only lancache's */
     struct lc_query *lc; /* owns: the lancache lookup on a miss (NULL: none) */
+    bool lc_leftover;    /* with move: when ours loads, look for a nginx file left of the slice */
 };
 
 struct store_job {
@@ -870,6 +871,9 @@ static void on_load_work(struct iojob *j)
         lj->res = LOAD_MISSING;
     else
         load_file(lj, true);
+    /* Ours, whole: with move, a nginx file of the slice still there is queued to go. */
+    if (lj->lc != NULL && lj->res == LOAD_OK && lj->lc_leftover)
+        cache_lc_leftover(lj->lc);
     /* No usable chunk file of ours (none, damaged, or of the earlier format: deleted then):
      * lancache's, if it has one. A read error is not a miss: the shard is switched off. */
     if (lj->lc == NULL || lj->res == LOAD_OK || lj->res == LOAD_ERROR || lj->res == LOAD_UNKNOWN)
@@ -892,6 +896,8 @@ static void on_load_done(struct iojob *j)
     ck->loading = false;
     load_report(c, lj, ck);
     bool found = lj->res == LOAD_OK && load_accept(c, lj, ck);
+    if (found && lj->lc != NULL && lj->lc_leftover && !c->closing)
+        cache_lc_leftover_queue(c, lj->lc, ck);
     if (!found && lj->res != LOAD_OK && lj->lc != NULL && !c->closing)
         found = cache_lc_accept(c, lj->lc, ck);
     if (found) {
@@ -1070,6 +1076,8 @@ static struct load_job *lc_attach(struct cache *c, struct load_job *lj, const ch
     q->slice = c->chunk_size;
     q->settle_s = c->lc_settle_s;
     q->check_siblings = cache_objver_get(c, obj) == NULL;
+    if (lj != NULL && c->lc_migrate == CFG_MIGRATE_MOVE)
+        lj->lc_leftover = true; /* ours may be there, and a nginx file the move has to remove */
     if (lj == NULL) {
         lj = load_job_new(c, key, key_len, obj, index);
         if (lj == NULL) {
@@ -1591,7 +1599,8 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
         }
     }
     /* Pending stores of the object (in the table or not: replaced, old version) must not put
-     * their file in place after the deletion below. */
+     * their file in place after the deletion below, nor must its lancache moves. */
+    cache_lc_purge(c, obj);
     pthread_mutex_lock(&c->disk_mu);
     for (struct store_job *sj = c->stores; sj != NULL; sj = sj->next)
         if (memcmp(sj->ck->obj, obj, 16) == 0)
@@ -1848,6 +1857,7 @@ void cache_free(struct cache **cp)
     CHECK_OBJ(c, CACHE_MAGIC);
     /* Pending stores finish (their chunks are complete); pending loads fail their chunks. */
     c->closing = true;
+    atomic_store(&c->lc_stop, true);
     iopool_free(&c->lc_io);
     cache_lc_fini_queue(c);
     iopool_free(&c->io);

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <ev.h>
 
@@ -162,6 +163,7 @@ struct lc_query {
     off_t body_off;         /* where the chunk's first byte is in <fd> */
     uint64_t data_len;      /* the chunk's length */
     bool whole;             /* a 200 holding the whole object: every chunk of it is in this file */
+    uint64_t n_chunks;      /* the chunks the file holds (1, or all of a whole object's) */
     struct cache_meta meta; /* the version and its stored head (a ref) */
 };
 
@@ -186,6 +188,7 @@ struct iopool;
 #define CACHE_LC_QUEUE 4096  /* adopted files waiting to be moved, at most */
 #define CACHE_LC_SET 8192    /* slots of the set of those (twice the queue) */
 #define CACHE_LC_BATCH 64    /* files moved between two syncs */
+#define CACHE_LC_SIBLINGS 32 /* slices on either side a lookup compares versions with */
 
 struct objver {
     uint8_t obj[16];
@@ -259,7 +262,8 @@ struct cache {
     struct lc_pending *lc_head, *lc_tail; /* owns: adopted files waiting to be moved (FIFO) */
     size_t lc_queued;
     uint64_t *lc_set; /* owns, CACHE_LC_SET: (obj, index) hashes of the queued ones, 0 empty */
-    bool lc_moving;   /* a batch is on lc_io */
+    struct lc_batch *lc_batch; /* the batch on lc_io (owned by the pool until done), or NULL */
+    atomic_bool lc_stop;       /* cache_free(): the mover leaves its batch at the next file */
 };
 
 /* The remembered version of object <obj> (cache.c): found (a lookup, it becomes the most recent
@@ -287,5 +291,14 @@ bool cache_lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck);
 void cache_lc_size_warning(const struct config *cfg);
 /* Drops the moves still queued (cache_free). */
 void cache_lc_fini_queue(struct cache *c);
+/* PURGE of object <obj>: its queued moves are dropped, and the chunk files the running batch
+ * writes for it are deleted when it is done (never indexed). */
+void cache_lc_purge(struct cache *c, const uint8_t obj[16]);
+/* A chunk of ours just loaded whole (<q> its lancache lookup, not run): with move, a nginx file
+ * of that slice still there (left by a copy run, or a kill between a move's rename and unlink)
+ * is looked up on the I/O thread (cache_lc_leftover) and queued for the mover, which verifies
+ * our chunk file again before the nginx file goes. */
+void cache_lc_leftover(struct lc_query *q);
+void cache_lc_leftover_queue(struct cache *c, struct lc_query *q, struct chunk *ck);
 
 #endif

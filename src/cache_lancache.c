@@ -84,10 +84,12 @@ static enum ngxcache_verdict open_slice(const struct lc_query *q, const char *di
                                         bool *absent)
 {
     char key[NGXCACHE_KEY_MAX];
-    *absent = false;
+    *absent = true; /* no key (too long for nginx too) or no path: no file either */
+    path[0] = '\0';
     ssize_t kl = ngxcache_key(q->prefix, q->prefix_len, "", 0, start, q->slice, key, sizeof(key));
     if (kl < 0 || ngxcache_path(dir, key, (size_t)kl, path, path_cap) < 0)
-        return NGXCACHE_KEY;
+        return NGXCACHE_IO;
+    *absent = false;
     enum ngxcache_verdict v = ngxfile_open(nf, path, q->slice, q->settle_s, q->hide_etag, absent);
     if (v == NGXCACHE_OK &&
         (nf->f.key_len != (size_t)kl || memcmp(nf->f.key, key, (size_t)kl) != 0)) {
@@ -97,8 +99,11 @@ static enum ngxcache_verdict open_slice(const struct lc_query *q, const char *di
     return v;
 }
 
-/* Whether every other slice of the object found in <dir> is of <nf>'s version (the slice
- * filter's rule: one ETag, one length). Damaged ones are left to their own lookups. */
+/* Whether the object's other slices found in <dir> are of <nf>'s version (the slice filter's
+ * rule: one ETag, one length): all of them for an object of up to 2 * CACHE_LC_SIBLINGS slices,
+ * else the CACHE_LC_SIBLINGS on either side of <own_start> (each slice is also checked against
+ * the version the cache learnt when its own lookup accepts it, so a later one of another version
+ * is refused then). Damaged ones are left to their own lookups. */
 static bool siblings_agree(const struct lc_query *q, const char *dir, const struct ngxfile *nf,
                            uint64_t own_start)
 {
@@ -106,10 +111,16 @@ static bool siblings_agree(const struct lc_query *q, const char *dir, const stru
     struct ngxfile other;
     ngxfile_init(&other);
     bool agree = true;
-    uint64_t n = range_chunk_count(nf->f.total, q->slice);
-    for (uint64_t j = 0; j < n && agree; j++) {
+    uint64_t n = range_chunk_count(nf->f.total, q->slice), own = own_start / q->slice;
+    uint64_t lo = own > CACHE_LC_SIBLINGS ? own - CACHE_LC_SIBLINGS : 0;
+    uint64_t hi = n - own > CACHE_LC_SIBLINGS ? own + CACHE_LC_SIBLINGS : n - 1;
+    if (n <= 2 * CACHE_LC_SIBLINGS) {
+        lo = 0;
+        hi = n - 1;
+    }
+    for (uint64_t j = lo; j <= hi && agree; j++) {
         bool absent;
-        if (j * q->slice == own_start ||
+        if (j == own ||
             open_slice(q, dir, j * q->slice, &other, path, sizeof(path), &absent) != NGXCACHE_OK)
             continue;
         agree = ngxfile_same_version(nf, &other);
@@ -133,9 +144,9 @@ void cache_lc_find(struct lc_query *q)
             /* An origin that ignored Range: the whole object as a 200 under the first key. */
             at = 0;
             v = open_slice(q, q->dirs[d], 0, &nf, path, sizeof(path), &absent);
-            if (v == NGXCACHE_OK && (nf.f.resp.status != 200 || nf.f.total <= start)) {
+            if (v != NGXCACHE_OK || nf.f.resp.status != 200 || nf.f.total <= start) {
                 ngxfile_close(&nf);
-                continue; /* a first slice only: this one is not there */
+                continue; /* a first slice only (or one its own lookup refuses): not this one */
             }
         }
         if (absent)
@@ -170,6 +181,7 @@ void cache_lc_find(struct lc_query *q)
         range_chunk_span(q->index, q->slice, nf.f.total, &off0, &q->data_len);
         q->body_off = (off_t)(nf.f.body_start + (start - nf.f.first));
         q->whole = nf.f.resp.status == 200;
+        q->n_chunks = q->whole ? range_chunk_count(nf.f.total, q->slice) : 1;
         q->fd = nf.fd;
         nf.fd = -1;
         q->sb = nf.sb;
@@ -203,9 +215,12 @@ static bool first_level(const char *dir, char *out, size_t cap)
 int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errlen)
 {
     struct stat sb;
-    if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-        snprintf(err, errlen, "lancache_dir %s: %s", dir,
-                 errno == 0 || S_ISDIR(sb.st_mode) ? "not a directory" : strerror(errno));
+    if (stat(dir, &sb) < 0) {
+        snprintf(err, errlen, "lancache_dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "lancache_dir %s: not a directory", dir);
         return -1;
     }
     /* The top and, when there are any, one directory of each level (nginx makes them all with
@@ -233,6 +248,30 @@ int cache_lancache_check_dir(const char *dir, bool move, char *err, size_t errle
             return -1;
         }
     }
+    /* And one file (nginx writes them owner-only: readable directories are not enough). */
+    DIR *d = check[2] != NULL ? opendir(check[2]) : NULL;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char f[PATH_MAX];
+        snprintf(f, sizeof(f), "%s/%s", check[2], e->d_name);
+        int fd = open(f, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        int e_open = fd < 0 ? errno : 0;
+        if (fd >= 0)
+            close(fd);
+        if (e_open == EACCES || e_open == EPERM) {
+            snprintf(err, errlen,
+                     "lancache_dir %s: cannot read its files (%s: %s): nginx keeps its cache "
+                     "owner-only; see the README's \"Switching from lancache\"",
+                     dir, f, strerror(e_open));
+            closedir(d);
+            return -1;
+        }
+        break;
+    }
+    if (d != NULL)
+        closedir(d);
     return 0;
 }
 
@@ -292,12 +331,15 @@ struct lc_pending {
     ino_t ino;
     char *key; /* owns: the object key */
     size_t key_len;
-    char *path; /* owns: the nginx file */
+    char *path;        /* owns: the nginx file */
+    uint64_t n_chunks; /* chunks it holds (a whole-object 200: all of them): the room it needs */
+    bool purged;       /* the loop's: a PURGE of the object came while the batch ran */
     /* Out (the mover's): */
     uint64_t first, last;
     uint64_t *bytes; /* owns: per chunk, the file's bytes on disk (0: not written) */
     int rc;
     bool removed;
+    int unlink_err; /* errno of a failed unlink of the nginx file (0: none) */
 };
 
 struct lc_batch {
@@ -306,7 +348,8 @@ struct lc_batch {
     struct lc_pending *items; /* owns */
     uint64_t chunk_size;
     bool remove;
-    char **dirs; /* borrowed: the cache's (fixed for its life) */
+    char **dirs;       /* borrowed: the cache's (fixed for its life) */
+    atomic_bool *stop; /* borrowed: the cache's lc_stop */
 };
 
 static uint64_t lc_hash(const uint8_t obj[16], uint64_t index)
@@ -426,8 +469,13 @@ static void on_lc_batch_work(struct iojob *j)
     }
     struct ngxfile nf;
     ngxfile_init(&nf);
-    for (struct lc_pending *p = b->items; p != NULL; p = p->next)
+    for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
+        if (atomic_load(b->stop)) {
+            p->rc = -ECANCELED; /* shutting down: moved another time */
+            continue;
+        }
         lc_move_one(b, p, &nf);
+    }
     ngxfile_fini(&nf);
     if (!b->remove)
         return;
@@ -451,8 +499,10 @@ static void on_lc_batch_work(struct iojob *j)
     }
     for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
         struct stat now;
-        if (p->rc == 0 && lstat(p->path, &now) == 0 && now.st_dev == p->dev && now.st_ino == p->ino)
-            p->removed = unlink(p->path) == 0;
+        if (p->rc != 0 || lstat(p->path, &now) < 0 || now.st_dev != p->dev || now.st_ino != p->ino)
+            continue;
+        p->removed = unlink(p->path) == 0;
+        p->unlink_err = p->removed ? 0 : errno;
     }
 }
 
@@ -463,17 +513,34 @@ static void on_lc_batch_done(struct iojob *j)
     struct lc_batch *b = container_of(j, struct lc_batch, j);
     struct cache *c = b->c;
     uint64_t now = util_wall_ms();
+    unsigned unlink_failed = 0;
     while (b->items != NULL) {
         struct lc_pending *p = b->items;
         b->items = p->next;
-        for (uint64_t i = 0; p->rc == 0 && p->bytes != NULL && i <= p->last - p->first; i++)
-            if (p->bytes[i] > 0) {
-                diskidx_add(c->didx, p->obj, p->first + i, p->bytes[i], now);
-                g_stats.lancache_migrated++;
-                g_stats.cache_disk_writes++;
+        /* Every chunk file written is indexed, also of a move that failed later (it is complete
+         * and in place: unindexed, it would never be evicted). Those of an object purged
+         * meanwhile go, as the PURGE meant. */
+        for (uint64_t i = 0; p->bytes != NULL && i <= p->last - p->first; i++) {
+            if (p->bytes[i] == 0)
+                continue;
+            if (p->purged) {
+                char path[PATH_MAX];
+                if (chunkfile_path(path, sizeof(path), c->dirs[p->shard], p->obj, p->first + i) ==
+                        0 &&
+                    unlink(path) == 0)
+                    g_stats.cache_purged++;
+                continue;
             }
+            diskidx_add(c->didx, p->obj, p->first + i, p->bytes[i], now);
+            g_stats.lancache_migrated++;
+            g_stats.cache_disk_writes++;
+        }
         g_stats.lancache_removed += p->removed;
-        if (p->rc < 0 && p->rc != -ENOENT) {
+        if (p->unlink_err != 0 && unlink_failed++ == 0)
+            log_warn("cache: cannot remove lancache file %s after moving it: %s (lancache_migrate "
+                     "= move needs write access to its directory; the file stays)",
+                     p->path, strerror(p->unlink_err));
+        if (p->rc < 0 && p->rc != -ENOENT && p->rc != -ECANCELED) {
             g_stats.cache_disk_write_errors++;
             log_warn("cache: cannot move lancache file %s into the cache: %s (it stays, served "
                      "from it)",
@@ -483,28 +550,43 @@ static void on_lc_batch_done(struct iojob *j)
         }
         lc_pending_free(p);
     }
+    if (unlink_failed > 1)
+        log_warn("cache: %u more lancache files of the same batch could not be removed",
+                 unlink_failed - 1);
+    g_stats.lancache_unlink_failed += unlink_failed;
     free(b);
-    c->lc_moving = false;
+    c->lc_batch = NULL;
     lc_pump(c);
 }
 
 /* Sends the next batch to the mover, when none runs and there is room for it. */
 static void lc_pump(struct cache *c)
 {
-    if (c->lc_moving || c->closing || c->lc_head == NULL || c->lc_io == NULL)
+    if (c->lc_batch != NULL || c->closing || c->lc_head == NULL || c->lc_io == NULL)
         return;
     struct lc_batch *b = xcalloc(1, sizeof(*b));
     b->c = c;
     b->chunk_size = c->chunk_size;
     b->remove = c->lc_migrate == CFG_MIGRATE_MOVE;
     b->dirs = c->dirs;
+    b->stop = &c->lc_stop;
     struct lc_pending **tail = &b->items;
     unsigned n = 0;
+    /* The room a batch takes is reserved whole: the disk index learns of its files only when it
+     * is done, and a move must never make the cache evict. */
+    uint64_t reserved = 0, per_chunk = c->chunk_size + CHUNKFILE_HDR_MAX;
     while (c->lc_head != NULL && n < CACHE_LC_BATCH) {
         struct lc_pending *p = c->lc_head;
+        uint64_t need = p->n_chunks * per_chunk;
         if (cache_shard_down(c, p->shard, SHARD_STORE)) {
             c->lc_head = p->next; /* a full or failed dir: served in place, moved another time */
-        } else if (!diskidx_has_room(c->didx, p->shard, c->chunk_size + CHUNKFILE_HDR_MAX)) {
+        } else if (!diskidx_fits(c->didx, need)) {
+            /* A whole-object 200 larger than the cache can ever hold: served in place only. */
+            c->lc_head = p->next;
+            log_warn("cache: lancache file %s holds %llu chunks, more than disk_size holds: "
+                     "served in place, never moved",
+                     p->path, (unsigned long long)p->n_chunks);
+        } else if (!diskidx_has_room(c->didx, p->shard, reserved + need)) {
             if (g_stats.lancache_paused == 0)
                 log_warn("cache: moving lancache's files paused: the cache is at disk_size or "
                          "min_free (a move never evicts); their slices are served in place");
@@ -516,6 +598,7 @@ static void lc_pump(struct cache *c)
             *tail = p;
             tail = &p->next;
             n++;
+            reserved += need;
             lc_set_del(c, lc_hash(p->obj, p->index));
             c->lc_queued--;
             continue;
@@ -534,14 +617,16 @@ static void lc_pump(struct cache *c)
         log_info("cache: moving lancache's files resumed");
         g_stats.lancache_paused = 0;
     }
-    c->lc_moving = true;
+    c->lc_batch = b;
     b->j.work = on_lc_batch_work;
     b->j.done = on_lc_batch_done;
     iopool_submit(c->lc_io, &b->j);
 }
 
-/* Queues the move of lancache chunk <ck> (just sealed from the file of <q>). */
-static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_query *q)
+/* Queues the move of lancache chunk <ck> (just sealed from the file of <q>, holding <n_chunks>
+ * chunks). */
+static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_query *q,
+                       uint64_t n_chunks)
 {
     if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing || c->lc_io == NULL)
         return;
@@ -562,6 +647,7 @@ static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_
     p->key = xstrndup(ck->key, ck->key_len);
     p->key_len = ck->key_len;
     p->path = xstrdup(q->path);
+    p->n_chunks = n_chunks;
     if (c->lc_tail != NULL)
         c->lc_tail->next = p;
     else
@@ -570,6 +656,28 @@ static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_
     c->lc_queued++;
     lc_set_add(c, h);
     lc_pump(c);
+}
+
+void cache_lc_purge(struct cache *c, const uint8_t obj[16])
+{
+    if (c->lc_batch != NULL)
+        for (struct lc_pending *p = c->lc_batch->items; p != NULL; p = p->next)
+            if (memcmp(p->obj, obj, 16) == 0)
+                p->purged = true;
+    struct lc_pending **pp = &c->lc_head, *prev = NULL;
+    while (*pp != NULL) {
+        struct lc_pending *p = *pp;
+        if (memcmp(p->obj, obj, 16) != 0) {
+            prev = p;
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        lc_set_del(c, lc_hash(p->obj, p->index));
+        c->lc_queued--;
+        lc_pending_free(p);
+    }
+    c->lc_tail = prev;
 }
 
 void cache_lc_fini_queue(struct cache *c)
@@ -611,8 +719,34 @@ bool cache_lc_accept(struct cache *c, struct lc_query *q, struct chunk *ck)
     ASSERT(ck->seen == NULL); /* bytes cached before: a hit */
     ck->seen = cache_seen_tab_find(&c->seen, ck->obj, ck->index);
     g_stats.lancache_served++;
-    lc_enqueue(c, ck, q);
+    lc_enqueue(c, ck, q, q->n_chunks);
     return true;
+}
+
+void cache_lc_leftover(struct lc_query *q)
+{
+    struct ngxfile nf;
+    ngxfile_init(&nf);
+    q->why = NGXCACHE_IO;
+    for (size_t d = 0; d < q->n_dirs && q->why != NGXCACHE_OK; d++) {
+        bool absent;
+        char path[PATH_MAX];
+        if (open_slice(q, q->dirs[d], q->index * q->slice, &nf, path, sizeof(path), &absent) !=
+            NGXCACHE_OK)
+            continue; /* none, or one a lookup would refuse: left as it is */
+        snprintf(q->path, sizeof(q->path), "%s", path);
+        q->sb = nf.sb;
+        q->n_chunks = nf.f.resp.status == 200 ? range_chunk_count(nf.f.total, q->slice) : 1;
+        q->why = NGXCACHE_OK;
+        ngxfile_close(&nf);
+    }
+    ngxfile_fini(&nf);
+}
+
+void cache_lc_leftover_queue(struct cache *c, struct lc_query *q, struct chunk *ck)
+{
+    if (q->why == NGXCACHE_OK && c->lc_migrate == CFG_MIGRATE_MOVE)
+        lc_enqueue(c, ck, q, q->n_chunks);
 }
 
 /* Says, once at start, when lancache's filesystem holds more than disk_size lets the cache take

@@ -494,6 +494,12 @@ bool diskidx_has_room(const struct diskidx *d, unsigned shard, uint64_t bytes)
     return !(d->min_free > 0 && fs->known && fs->avail < d->min_free + bytes);
 }
 
+bool diskidx_fits(const struct diskidx *d, uint64_t bytes)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    return d->disk_size == 0 || bytes <= d->disk_size;
+}
+
 /* Runs the policy soon (from the loop) when a limit is crossed. */
 static void kick(struct diskidx *d, unsigned shard)
 {

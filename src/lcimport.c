@@ -30,9 +30,10 @@
 #include "range.h"
 #include "util.h"
 
-#define IMPORT_SAMPLE 64       /* files read by the first pass to learn the tree's form */
-#define IMPORT_MEMO_MIN 1024u  /* objects remembered (grows): their slices' verdict */
-#define IMPORT_PROGRESS_MS 200 /* how often the progress is looked at */
+#define IMPORT_SAMPLE 64             /* files read by the first pass to learn the tree's form */
+#define IMPORT_MEMO_MIN 1024u        /* objects remembered (grows): their slices' verdict */
+#define IMPORT_PROGRESS_MS 200       /* how often the progress is looked at */
+#define IMPORT_MAX_SLICES (1u << 18) /* slices of one object, at most (256 GiB at 1 MiB) */
 
 /* Reasons of our own, beyond ngxcache's verdicts. */
 enum imp_reason {
@@ -345,8 +346,10 @@ static void memo_put(struct imp *im, const uint8_t h[16], bool agree)
     im->memo_used++;
 }
 
-/* Whether every slice of <nf>'s object in the tree is of its version (read once per object). */
-static bool object_agrees(struct imp *im, const struct ngxfile *nf, struct ngxfile *other)
+/* Whether every slice of <nf>'s object in the tree is of its version (read once per object;
+ * <hide_etag>: the ETag is not part of the version, as for <nf>). */
+static bool object_agrees(struct imp *im, const struct ngxfile *nf, struct ngxfile *other,
+                          bool hide_etag)
 {
     uint8_t h[16];
     cache_obj_hash(nf->f.key, nf->prefix_len, h);
@@ -365,7 +368,7 @@ static bool object_agrees(struct imp *im, const struct ngxfile *nf, struct ngxfi
         if (kl < 0 || j * slice == nf->f.first ||
             ngxcache_path(im->o->dir, key, (size_t)kl, path, sizeof(path)) < 0)
             continue;
-        if (ngxfile_open(other, path, slice, 0, false, NULL) == NGXCACHE_OK)
+        if (ngxfile_open(other, path, slice, 0, hide_etag, NULL) == NGXCACHE_OK)
             agree = ngxfile_same_version(nf, other);
         ngxfile_close(other);
     }
@@ -524,9 +527,15 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         count(im, IMP_BYPASS, size);
         goto out;
     }
-    if (rule != NULL && rule->policy == CFG_RULE_HIDE_ETAG)
+    bool hide_etag = rule != NULL && rule->policy == CFG_RULE_HIDE_ETAG;
+    if (hide_etag)
         nf->etag[0] = '\0';
-    if (nf->f.resp.status == 206 && nf->f.total > slice && !object_agrees(im, nf, other)) {
+    if (range_chunk_count(nf->f.total, slice) > IMPORT_MAX_SLICES) {
+        count(im, NGXCACHE_RANGE, size); /* no object of a game is so large: a hostile total */
+        goto out;
+    }
+    if (nf->f.resp.status == 206 && nf->f.total > slice &&
+        !object_agrees(im, nf, other, hide_etag)) {
         count(im, NGXCACHE_VERSION_DIFFERS, size);
         goto out;
     }
@@ -549,9 +558,9 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         struct stat csb;
         all_there = chunkfile_path(p, sizeof(p), shard_dir, obj, i) == 0 && stat(p, &csb) == 0;
     }
-    if (all_there) { /* an earlier run's, or the daemon's */
-        if (!im->o->dry_run && !im->o->copy)
-            gone_add(im, gone, path, nf, shard);
+    /* All there (an earlier run's, or the daemon's): no room needed; the move below still
+     * verifies each of them (one that does not is rewritten) before the nginx file may go. */
+    if (all_there && im->o->dry_run) {
         pthread_mutex_lock(&im->mu);
         im->present++;
         im->done_files++;
@@ -561,11 +570,11 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
     }
     uint64_t need = nf->f.body_len + (last - first + 1) * CHUNKFILE_HDR_MIN;
     uint64_t avail;
-    bool fs_room =
-        cfg->min_free == 0 || (free_space(shard_dir, &avail) && avail >= cfg->min_free + need);
+    bool fs_room = all_there || cfg->min_free == 0 ||
+                   (free_space(shard_dir, &avail) && avail >= cfg->min_free + need);
     pthread_mutex_lock(&im->mu);
-    bool room = fs_room && im->room >= (int64_t)need;
-    if (room)
+    bool room = all_there || (fs_room && im->room >= (int64_t)need);
+    if (room && !all_there)
         im->room -= (int64_t)need;
     uint64_t seq = ++im->seq;
     pthread_mutex_unlock(&im->mu);
@@ -621,6 +630,8 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
         im->skipped[IMP_WRITE]++;
         if (im->write_err == 0)
             im->write_err = -mv.rc;
+    } else if (all_there && written == 0) {
+        im->present++;
     } else {
         im->adopted++;
         im->chunks += written;

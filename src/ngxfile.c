@@ -151,8 +151,16 @@ void ngxfile_move(struct ngxfile_move *mv)
             break;
         }
         struct stat sb;
-        if (stat(path, &sb) == 0)
-            continue; /* there already (a fill stored it, or an earlier move) */
+        if (stat(path, &sb) == 0) {
+            /* There already (a fill stored it, or an earlier move): kept when it verifies, since
+             * the nginx file may go once this returns; rewritten from it when it does not. */
+            struct chunkfile_info info;
+            size_t blen;
+            off_t boff;
+            if (chunkfile_read_verify(AT_FDCWD, path, mv->m.key, mv->m.key_len, mv->chunk_size,
+                                      index, &info, body, mv->chunk_size, &blen, &boff) == 0)
+                continue;
+        }
         mv->rc = read_exact(mv->fd, body, (size_t)len,
                             mv->off0 + (off_t)((index - mv->first) * mv->chunk_size));
         if (mv->rc < 0)

@@ -408,6 +408,16 @@ class Lancache(H.CPTestCase):
         os.chmod(os.path.join(tree, "0a", "1b"), 0o755)
         r = self.check_as_nobody(tree, "copy")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # Readable directories holding nginx's owner-only files (a chown -R of the directories
+        # only): said at start too, not found at every lookup.
+        f = os.path.join(tree, "0a", "1b", "0123456789abcdef0123456789ab1b0a")
+        with open(f, "wb") as fh:
+            fh.write(b"\0" * 700)
+        os.chmod(f, 0o600)
+        r = self.check_as_nobody(tree, "copy")
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("cannot read its files (%s: Permission denied)" % f, r.stderr)
+        os.chmod(f, 0o644)
         r = self.check_as_nobody(tree, "move")
         self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("cannot delete from %s" % tree, r.stderr)
