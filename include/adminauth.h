@@ -68,6 +68,11 @@ struct adminauth_req {
 enum adminauth_verdict adminauth_check(const struct adminauth_policy *p,
                                        const struct adminauth_req *r);
 
+/* Check 1 alone: whether <host>[0..len) names the admin listener (no Host, an IP literal,
+ * localhost, an admin_names entry). A PURGE whose Host does not picks its identifier from that
+ * Host only (never from its User-Agent: a rebound name must not reach a service's objects). */
+bool adminauth_host_is_admin(const struct adminauth_policy *p, const char *host, size_t len);
+
 /* Status code (401/403) and a one-line reason for a verdict other than ADMINAUTH_OK. */
 int adminauth_status(enum adminauth_verdict v);
 const char *adminauth_reason(enum adminauth_verdict v);

@@ -187,6 +187,8 @@ enum chunk_state cache_chunk_state(const struct chunk *ck);
 enum chunk_fail cache_chunk_fail_cause(const struct chunk *ck);
 /* The object's meta, once known (NULL before); valid while the ref is held. */
 const struct cache_meta *cache_chunk_meta(const struct chunk *ck);
+/* Holders of <ck> beyond the table and its filler: the clients reading it (for the dashboard). */
+unsigned cache_chunk_readers(const struct chunk *ck);
 uint64_t cache_chunk_index(const struct chunk *ck);
 /* This chunk's length (the last one is shorter), once its meta is known. */
 uint64_t cache_chunk_cap(const struct chunk *ck);

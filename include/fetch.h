@@ -127,4 +127,21 @@ unsigned fetch_live(void);
 /* The id of the fetch filling <ck> ("fetch#<id>" in the log), 0 when none. */
 unsigned fetch_id_of(const struct chunk *ck);
 
+/* One fetch in flight, as fetch_foreach() shows it (borrowed: valid during the call). */
+struct fetch_info {
+    unsigned id;
+    const char *state; /* RESOLVE, WAIT_HEAD, BODY... */
+    const char *host;  /* the origin's */
+    const char *key;   /* the object: "identifier\npath" */
+    size_t key_len;
+    uint64_t first, pos, last; /* object bytes: asked from, next to come, last asked */
+    uint64_t total;            /* the object's length (0: not known yet) */
+    unsigned readers;          /* clients holding the chunks it still fills */
+    double started_at;         /* ev_now() at its start */
+    double byte_at;            /* ev_now() of its last body byte (started_at before the first) */
+};
+typedef void fetch_visit_fn(const struct fetch_info *fi, void *arg);
+/* Calls <fn> for every fetch in flight, newest first. */
+void fetch_foreach(fetch_visit_fn *fn, void *arg);
+
 #endif

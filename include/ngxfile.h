@@ -69,6 +69,7 @@ struct ngxfile_move {
     int rc;          /* 0, or -errno of the first failure */
     uint64_t *bytes; /* owns (free): per chunk first..last, its file's bytes on disk (0: not
                         written by this call) */
+    ino_t *inos;     /* owns (free): per chunk, the inode of the file it wrote */
 };
 void ngxfile_move(struct ngxfile_move *mv);
 

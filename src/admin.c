@@ -43,7 +43,9 @@
 #include "cache.h"
 #include "config.h"
 #include "domains.h"
+#include "fetch.h"
 #include "http1.h"
+#include "live.h"
 #include "log.h"
 #include "server.h"
 #include "stats.h"
@@ -235,9 +237,172 @@ static void mw_sample(struct mw *w, const char *label_value, uint64_t v)
     w->n_samples++;
 }
 
+/* <s>[0..len) as a JSON string: control bytes escaped, bytes over 0x7f as the Latin-1 code
+ * points they are (a path is bytes, not always UTF-8: the output stays valid JSON). */
+static void json_bytes(struct abuf *b, const char *s, size_t len)
+{
+    ab_puts(b, "\"");
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\')
+            ab_printf(b, "\\%c", ch);
+        else if (ch < 0x20 || ch >= 0x7f)
+            ab_printf(b, "\\u%04x", ch);
+        else
+            ab_append(b, s + i, 1);
+    }
+    ab_puts(b, "\"");
+}
+
+/* ---- the dashboard's JSON (docs/interfaces.md "Dashboard API") ---------------------------- */
+
+#define ADMIN_STALL_S 10 /* a fetch with no body byte for that long is shown stalled */
+
+struct live_json {
+    struct abuf *b;
+    unsigned n;
+    double now;
+};
+
+static void json_sep(struct live_json *j)
+{
+    ab_puts(j->b, j->n++ > 0 ? ",\n    " : "\n    ");
+}
+
+static void on_json_fetch(const struct fetch_info *fi, void *arg)
+{
+    struct live_json *j = arg;
+    json_sep(j);
+    const char *nl = fi->key != NULL ? memchr(fi->key, '\n', fi->key_len) : NULL;
+    size_t il = nl != NULL ? (size_t)(nl - fi->key) : 0;
+    ab_printf(j->b, "{\"id\": %u, \"state\": ", fi->id);
+    json_string(j->b, fi->state);
+    ab_puts(j->b, ", \"service\": ");
+    json_bytes(j->b, fi->key != NULL ? fi->key : "", il);
+    ab_puts(j->b, ", \"path\": ");
+    json_bytes(j->b, nl != NULL ? nl + 1 : "", nl != NULL ? fi->key_len - il - 1 : 0);
+    double age = j->now - fi->started_at, idle = j->now - fi->byte_at;
+    uint64_t done = fi->pos - fi->first;
+    ab_printf(j->b,
+              ", \"first\": %llu, \"last\": %llu, \"done\": %llu, \"total\": %llu, "
+              "\"readers\": %u, \"seconds\": %.1f, \"idle_seconds\": %.1f, \"rate\": %.0f, "
+              "\"stalled\": %s}",
+              (unsigned long long)fi->first, (unsigned long long)fi->last, (unsigned long long)done,
+              (unsigned long long)fi->total, fi->readers, age, idle,
+              age > 0 ? (double)done / age : 0.0, idle >= ADMIN_STALL_S ? "true" : "false");
+}
+
+static void on_json_entry(const struct live_entry *e, void *arg)
+{
+    struct live_json *j = arg;
+    json_sep(j);
+    ab_puts(j->b, "{\"name\": ");
+    json_bytes(j->b, e->name, strlen(e->name));
+    ab_printf(j->b,
+              ", \"bytes\": %llu, \"hit\": %llu, \"floor\": %llu, \"total_bytes\": %llu, "
+              "\"total_hit\": %llu, \"last_ms\": %llu}",
+              (unsigned long long)e->bytes, (unsigned long long)e->hit,
+              (unsigned long long)e->floor, (unsigned long long)e->total_bytes,
+              (unsigned long long)e->total_hit, (unsigned long long)e->last_ms);
+}
+
+static void json_sample(struct abuf *b, const struct live_sample *s)
+{
+    ab_printf(b, "[%llu, %llu, %llu, %llu, %llu, %llu, %u, %u]", (unsigned long long)s->t_ms,
+              (unsigned long long)s->bytes_hit, (unsigned long long)s->bytes_miss,
+              (unsigned long long)s->bytes_bypass, (unsigned long long)s->upstream_bytes,
+              (unsigned long long)s->requests, s->connections, s->fetches);
+}
+
+struct last_two {
+    struct live_sample a, b; /* the newest two */
+    unsigned n;
+};
+
+static void on_keep_last(const struct live_sample *s, void *arg)
+{
+    struct last_two *l = arg;
+    l->a = l->b;
+    l->b = *s;
+    l->n++;
+}
+
+static void on_json_sample(const struct live_sample *s, void *arg)
+{
+    struct live_json *j = arg;
+    json_sep(j);
+    json_sample(j->b, s);
+}
+
+static void api_live(struct abuf *b, double now)
+{
+    struct live_sample cur;
+    live_now(&cur);
+    struct last_two l = {.n = 0};
+    live_samples(on_keep_last, &l);
+    /* Rates over at least one second: the newest stored sample, or the one before it. */
+    const struct live_sample *base = l.n > 0 ? &l.b : &cur;
+    if (l.n > 1 && cur.t_ms - l.b.t_ms < 1000)
+        base = &l.a;
+    double dt = (double)(cur.t_ms - base->t_ms) / 1000.0;
+    double k = dt > 0 ? 1.0 / dt : 0.0;
+    uint64_t served = cur.bytes_hit + cur.bytes_miss + cur.bytes_bypass;
+    ab_printf(b,
+              "{\n  \"t_ms\": %llu,\n  \"tick_s\": %d,\n  \"stall_s\": %d,\n  \"now\": "
+              "{\"seconds\": %.3f, \"client_hit_bps\": %.0f, \"client_miss_bps\": %.0f, "
+              "\"client_bypass_bps\": %.0f, \"origin_bps\": %.0f, \"requests_ps\": %.1f, "
+              "\"connections\": %u, \"fetches\": %u},\n",
+              (unsigned long long)cur.t_ms, LIVE_TICK_S, ADMIN_STALL_S, dt,
+              (double)(cur.bytes_hit - base->bytes_hit) * k,
+              (double)(cur.bytes_miss - base->bytes_miss) * k,
+              (double)(cur.bytes_bypass - base->bytes_bypass) * k,
+              (double)(cur.upstream_bytes - base->upstream_bytes) * k,
+              (double)(cur.requests - base->requests) * k, cur.connections, cur.fetches);
+    ab_printf(b,
+              "  \"totals\": {\"bytes_hit\": %llu, \"bytes_miss\": %llu, \"bytes_bypass\": "
+              "%llu, \"upstream_bytes\": %llu, \"requests\": %llu, \"hit_ratio\": %.4f},\n",
+              (unsigned long long)cur.bytes_hit, (unsigned long long)cur.bytes_miss,
+              (unsigned long long)cur.bytes_bypass, (unsigned long long)cur.upstream_bytes,
+              (unsigned long long)cur.requests,
+              served > 0 ? (double)cur.bytes_hit / (double)served : 0.0);
+    struct live_json j = {.b = b, .n = 0, .now = now};
+    ab_puts(b, "  \"fetches\": [");
+    fetch_foreach(on_json_fetch, &j);
+    ab_puts(b, j.n > 0 ? "\n  ],\n  \"services\": [" : "],\n  \"services\": [");
+    j.n = 0;
+    live_services(on_json_entry, &j);
+    ab_puts(b, j.n > 0 ? "\n  ],\n  \"clients\": [" : "],\n  \"clients\": [");
+    j.n = 0;
+    live_clients(on_json_entry, &j);
+    ab_puts(b, j.n > 0 ? "\n  ]\n}\n" : "]\n}\n");
+}
+
+static void api_history(struct abuf *b)
+{
+    ab_printf(b,
+              "{\n  \"tick_s\": %d,\n  \"columns\": [\"t_ms\", \"bytes_hit\", "
+              "\"bytes_miss\", \"bytes_bypass\", \"upstream_bytes\", \"requests\", "
+              "\"connections\", \"fetches\"],\n  \"samples\": [",
+              LIVE_TICK_S);
+    struct live_json j = {.b = b, .n = 0, .now = 0};
+    live_samples(on_json_sample, &j);
+    ab_puts(b, j.n > 0 ? "\n  ]\n}\n" : "]\n}\n");
+}
+
 static struct admin_ctx *actx; /* borrows: main's */
 static unsigned n_conns;
 static bool on_loopback; /* admin_listen is a loopback address (fixed for the listener's life) */
+
+/* adminauth's policy of this moment (the token, the names and admin_public change on reload). */
+static struct adminauth_policy admin_policy(void)
+{
+    const struct config *cfg = g_cfg;
+    return (struct adminauth_policy){.loopback = on_loopback,
+                                     .token = cfg->admin_token,
+                                     .public_views = cfg->admin_public,
+                                     .names = (const char *const *)cfg->admin_names,
+                                     .n_names = cfg->n_admin_names};
+}
 
 static void on_export_family(const struct stats_family *fam, void *arg)
 {
@@ -384,7 +549,14 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
             respond_text(c, req, 400, NULL, false, "bad Host\n");
             return;
         }
-        const struct h1_field *ua = h1_find(h, req->fields, req->n_fields, "User-Agent");
+        /* With steam_user_agent = any the User-Agent alone picks Steam whatever the Host: then
+         * only on the admin's own Host (a rebound name names its own objects, never a
+         * service's). With yes it counts only for Steam's own hosts, which no page rebinds. */
+        struct adminauth_policy pol = admin_policy();
+        bool ua_ok = g_cfg->steam_user_agent != CFG_STEAM_UA_ANY ||
+                     adminauth_host_is_admin(&pol, h + req->authority.off, req->authority.len);
+        const struct h1_field *ua =
+            ua_ok ? h1_find(h, req->fields, req->n_fields, "User-Agent") : NULL;
         const struct domains *doms = g_domains;
         struct admit_result adm;
         admit_host(g_cfg, doms, &auth, ua ? h + ua->value.off : NULL, ua ? ua->value.len : 0,
@@ -453,12 +625,7 @@ static void field_of(const char *h, const struct h1_req *req, const char *name, 
 static bool admitted(struct admin_conn *c, const char *h, const struct h1_req *req, bool read_only,
                      bool host_is_object)
 {
-    const struct config *cfg = g_cfg;
-    struct adminauth_policy pol = {.loopback = on_loopback,
-                                   .token = cfg->admin_token,
-                                   .public_views = cfg->admin_public,
-                                   .names = (const char *const *)cfg->admin_names,
-                                   .n_names = cfg->n_admin_names};
+    struct adminauth_policy pol = admin_policy();
     struct adminauth_req r = {.read_only = read_only, .host_is_object = host_is_object};
     r.host = req->authority.len > 0 ? h + req->authority.off : NULL;
     r.host_len = req->authority.len;
@@ -489,7 +656,8 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
     bool head = req->method == H1_M_HEAD;
     bool purge = req->method == H1_M_OTHER && req->method_s.len == 5 &&
                  memcmp(h + req->method_s.off, "PURGE", 5) == 0;
-    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status");
+    bool api = path_is(h, req, "/api/live") || path_is(h, req, "/api/history");
+    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status") || api;
 
     if (req->method == H1_M_CONNECT)
         c->close_after = true;
@@ -497,6 +665,14 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
         return;
     if (purge) {
         handle_purge(c, h, req);
+    } else if (get && api) {
+        struct abuf body = {NULL, 0, 0};
+        if (path_is(h, req, "/api/live"))
+            api_live(&body, ev_now(actx->loop));
+        else
+            api_history(&body);
+        respond(c, req, 200, "application/json", NULL, body.p, body.len, head);
+        ab_free(&body);
     } else if (get && known) {
         struct abuf body = {NULL, 0, 0};
         struct mw w;

@@ -53,16 +53,16 @@ static bool host_part(const char *host, size_t len, const char **h, size_t *hlen
     return true;
 }
 
-static bool host_ok(const struct adminauth_policy *p, const char *host, size_t len)
+bool adminauth_host_is_admin(const struct adminauth_policy *p, const char *host, size_t len)
 {
     if (len == 0)
         return true;
     const char *h;
     size_t hlen;
     bool ip6;
-    if (!host_part(host, len, &h, &hlen, &ip6) || hlen == 0 || hlen >= 64)
+    if (!host_part(host, len, &h, &hlen, &ip6) || hlen == 0 || hlen >= 256)
         return false;
-    char lit[64];
+    char lit[256];
     memcpy(lit, h, hlen);
     lit[hlen] = '\0';
     unsigned char addr[16];
@@ -74,9 +74,13 @@ static bool host_ok(const struct adminauth_policy *p, const char *host, size_t l
         lit[--hlen] = '\0';
     if (ieq(lit, hlen, "localhost"))
         return true;
-    for (size_t i = 0; i < p->n_names; i++)
-        if (ieq(lit, hlen, p->names[i]))
+    for (size_t i = 0; i < p->n_names; i++) {
+        size_t nl = strlen(p->names[i]);
+        if (nl > 1 && p->names[i][nl - 1] == '.')
+            nl--; /* an absolute name: the same host */
+        if (hlen == nl && strncasecmp(lit, p->names[i], nl) == 0)
             return true;
+    }
     return false;
 }
 
@@ -133,7 +137,7 @@ static bool same_origin(const struct adminauth_req *r)
 enum adminauth_verdict adminauth_check(const struct adminauth_policy *p,
                                        const struct adminauth_req *r)
 {
-    if (!r->host_is_object && !host_ok(p, r->host, r->host_len))
+    if (!r->host_is_object && !adminauth_host_is_admin(p, r->host, r->host_len))
         return ADMINAUTH_BAD_HOST;
     const char *tok = NULL;
     size_t tlen = 0;

@@ -1442,6 +1442,13 @@ const struct cache_meta *cache_chunk_meta(const struct chunk *ck)
     return ck->meta_known ? &ck->meta : NULL;
 }
 
+unsigned cache_chunk_readers(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    unsigned others = (ck->in_table ? 1u : 0u) + (ck->filler != NULL ? 1u : 0u);
+    return ck->refs > others ? ck->refs - others : 0;
+}
+
 uint64_t cache_chunk_index(const struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);

@@ -300,16 +300,28 @@ static uint64_t *const lc_skip_stat[NGXCACHE_N_VERDICTS] = {
     [NGXCACHE_IO] = &g_stats.lancache_skip_io,
 };
 
+/* Whether this is the first time (<path>, <what>) is seen (a bounded memory of hashes: one
+ * forgotten may be seen again, once). <mark>: remember it. */
+static bool lc_first(struct cache *c, const char *path, uint64_t what, bool mark)
+{
+    uint64_t h = XXH3_64bits_withSeed(path, strlen(path), what) | 1u;
+    uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
+    if (*slot == h)
+        return false;
+    if (mark)
+        *slot = h;
+    return true;
+}
+
+enum { LC_ONCE_REFUSED, LC_ONCE_TOO_BIG, LC_ONCE_UNLINK };
+
 /* Counts a refused lancache file, and logs it the first time (per path). */
 static void lc_refused(struct cache *c, enum ngxcache_verdict why, const char *path)
 {
     ASSERT((unsigned)why < NGXCACHE_N_VERDICTS && lc_skip_stat[why] != NULL);
     (*lc_skip_stat[why])++;
-    uint64_t h = XXH3_64bits(path, strlen(path)) | 1u;
-    uint64_t *slot = &c->lc_logged[h % CACHE_LC_LOGGED];
-    if (*slot == h)
+    if (!lc_first(c, path, LC_ONCE_REFUSED, true))
         return;
-    *slot = h;
     log_warn("cache: lancache file %s not used (%s: %s): the slice is fetched from the origin",
              path, ngxcache_verdict_name(why), ngxcache_verdict_text(why));
 }
@@ -331,12 +343,14 @@ struct lc_pending {
     ino_t ino;
     char *key; /* owns: the object key */
     size_t key_len;
-    char *path;        /* owns: the nginx file */
-    uint64_t n_chunks; /* chunks it holds (a whole-object 200: all of them): the room it needs */
-    bool purged;       /* the loop's: a PURGE of the object came while the batch ran */
+    char *path;         /* owns: the nginx file */
+    uint64_t n_chunks;  /* chunks it holds (a whole-object 200: all of them): the room it needs */
+    atomic_bool purged; /* a PURGE of the object came while the batch ran (set by the loop,
+                           read by the mover before each step) */
     /* Out (the mover's): */
     uint64_t first, last;
     uint64_t *bytes; /* owns: per chunk, the file's bytes on disk (0: not written) */
+    ino_t *inos;     /* owns: per chunk, the inode of the file written */
     int rc;
     bool removed;
     int unlink_err; /* errno of a failed unlink of the nginx file (0: none) */
@@ -401,6 +415,7 @@ static void lc_pending_free(struct lc_pending *p)
     free(p->key);
     free(p->path);
     free(p->bytes);
+    free(p->inos);
     free(p);
 }
 
@@ -451,6 +466,7 @@ static void lc_move_one(const struct lc_batch *b, struct lc_pending *p, struct n
     p->first = mv.first;
     p->last = mv.last;
     p->bytes = mv.bytes;
+    p->inos = mv.inos;
     p->rc = mv.rc;
     objhead_unref(&head);
     ngxfile_close(nf);
@@ -470,8 +486,8 @@ static void on_lc_batch_work(struct iojob *j)
     struct ngxfile nf;
     ngxfile_init(&nf);
     for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
-        if (atomic_load(b->stop)) {
-            p->rc = -ECANCELED; /* shutting down: moved another time */
+        if (atomic_load(b->stop) || atomic_load(&p->purged)) {
+            p->rc = -ECANCELED; /* shutting down (moved another time), or purged */
             continue;
         }
         lc_move_one(b, p, &nf);
@@ -499,8 +515,9 @@ static void on_lc_batch_work(struct iojob *j)
     }
     for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
         struct stat now;
-        if (p->rc != 0 || lstat(p->path, &now) < 0 || now.st_dev != p->dev || now.st_ino != p->ino)
-            continue;
+        if (p->rc != 0 || atomic_load(&p->purged) || lstat(p->path, &now) < 0 ||
+            now.st_dev != p->dev || now.st_ino != p->ino)
+            continue; /* (a PURGE leaves lancache's file, whenever it comes) */
         p->removed = unlink(p->path) == 0;
         p->unlink_err = p->removed ? 0 : errno;
     }
@@ -523,11 +540,14 @@ static void on_lc_batch_done(struct iojob *j)
         for (uint64_t i = 0; p->bytes != NULL && i <= p->last - p->first; i++) {
             if (p->bytes[i] == 0)
                 continue;
-            if (p->purged) {
+            if (atomic_load(&p->purged)) {
+                /* Ours written before the PURGE was seen: removed, if still the file written (a
+                 * fill may have stored the chunk anew since). */
                 char path[PATH_MAX];
+                struct stat sb;
                 if (chunkfile_path(path, sizeof(path), c->dirs[p->shard], p->obj, p->first + i) ==
                         0 &&
-                    unlink(path) == 0)
+                    stat(path, &sb) == 0 && sb.st_ino == p->inos[i] && unlink(path) == 0)
                     g_stats.cache_purged++;
                 continue;
             }
@@ -536,6 +556,8 @@ static void on_lc_batch_done(struct iojob *j)
             g_stats.cache_disk_writes++;
         }
         g_stats.lancache_removed += p->removed;
+        if (p->unlink_err != 0)
+            (void)lc_first(c, p->path, LC_ONCE_UNLINK, true);
         if (p->unlink_err != 0 && unlink_failed++ == 0)
             log_warn("cache: cannot remove lancache file %s after moving it: %s (lancache_migrate "
                      "= move needs write access to its directory; the file stays)",
@@ -559,11 +581,33 @@ static void on_lc_batch_done(struct iojob *j)
     lc_pump(c);
 }
 
+/* The room <p>'s move takes: its chunks the disk index does not hold yet (none for a file
+ * queued again after its move, or left beside chunks of ours). */
+static uint64_t lc_need(struct cache *c, const struct lc_pending *p, uint64_t per_chunk)
+{
+    bool whole = p->index == UINT64_MAX;
+    uint64_t first = whole ? 0 : p->index, n = whole ? p->n_chunks : 1, missing = 0;
+    for (uint64_t i = 0; i < n; i++)
+        missing += diskidx_lookup(c->didx, p->obj, first + i) != 1;
+    return missing * per_chunk;
+}
+
 /* Sends the next batch to the mover, when none runs and there is room for it. */
 static void lc_pump(struct cache *c)
 {
     if (c->lc_batch != NULL || c->closing || c->lc_head == NULL || c->lc_io == NULL)
         return;
+    if (c->lc_migrate == CFG_MIGRATE_OFF) { /* switched off by a reload: nothing more moves */
+        while (c->lc_head != NULL) {
+            struct lc_pending *p = c->lc_head;
+            c->lc_head = p->next;
+            lc_set_del(c, lc_hash(p->obj, p->index));
+            lc_pending_free(p);
+        }
+        c->lc_tail = NULL;
+        c->lc_queued = 0;
+        return;
+    }
     struct lc_batch *b = xcalloc(1, sizeof(*b));
     b->c = c;
     b->chunk_size = c->chunk_size;
@@ -577,15 +621,16 @@ static void lc_pump(struct cache *c)
     uint64_t reserved = 0, per_chunk = c->chunk_size + CHUNKFILE_HDR_MAX;
     while (c->lc_head != NULL && n < CACHE_LC_BATCH) {
         struct lc_pending *p = c->lc_head;
-        uint64_t need = p->n_chunks * per_chunk;
+        uint64_t need = lc_need(c, p, per_chunk);
         if (cache_shard_down(c, p->shard, SHARD_STORE)) {
             c->lc_head = p->next; /* a full or failed dir: served in place, moved another time */
         } else if (!diskidx_fits(c->didx, need)) {
             /* A whole-object 200 larger than the cache can ever hold: served in place only. */
             c->lc_head = p->next;
-            log_warn("cache: lancache file %s holds %llu chunks, more than disk_size holds: "
-                     "served in place, never moved",
-                     p->path, (unsigned long long)p->n_chunks);
+            if (lc_first(c, p->path, LC_ONCE_TOO_BIG, true))
+                log_warn("cache: lancache file %s holds %llu chunks, more than disk_size holds: "
+                         "served in place, never moved",
+                         p->path, (unsigned long long)p->n_chunks);
         } else if (!diskidx_has_room(c->didx, p->shard, reserved + need)) {
             if (g_stats.lancache_paused == 0)
                 log_warn("cache: moving lancache's files paused: the cache is at disk_size or "
@@ -630,7 +675,9 @@ static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_
 {
     if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing || c->lc_io == NULL)
         return;
-    uint64_t h = lc_hash(ck->obj, ck->index);
+    /* One entry per file: a whole-object 200 is one file for all its chunks. */
+    uint64_t index = q->whole ? UINT64_MAX : ck->index;
+    uint64_t h = lc_hash(ck->obj, index);
     if (lc_set_has(c, h))
         return; /* queued already */
     if (c->lc_queued >= CACHE_LC_QUEUE) {
@@ -639,7 +686,7 @@ static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_
     }
     struct lc_pending *p = xcalloc(1, sizeof(*p));
     memcpy(p->obj, ck->obj, 16);
-    p->index = ck->index;
+    p->index = index;
     p->shard = cache_shard_of(c->n_dirs, ck->obj);
     p->hide_etag = q->hide_etag;
     p->dev = q->sb.st_dev;
@@ -663,7 +710,7 @@ void cache_lc_purge(struct cache *c, const uint8_t obj[16])
     if (c->lc_batch != NULL)
         for (struct lc_pending *p = c->lc_batch->items; p != NULL; p = p->next)
             if (memcmp(p->obj, obj, 16) == 0)
-                p->purged = true;
+                atomic_store(&p->purged, true);
     struct lc_pending **pp = &c->lc_head, *prev = NULL;
     while (*pp != NULL) {
         struct lc_pending *p = *pp;
@@ -736,7 +783,14 @@ void cache_lc_leftover(struct lc_query *q)
             continue; /* none, or one a lookup would refuse: left as it is */
         snprintf(q->path, sizeof(q->path), "%s", path);
         q->sb = nf.sb;
-        q->n_chunks = nf.f.resp.status == 200 ? range_chunk_count(nf.f.total, q->slice) : 1;
+        q->whole = nf.f.resp.status == 200;
+        /* The room its move needs: none for the slice of ours that is there (a whole file's
+         * other chunks may not be). */
+        q->n_chunks = q->whole ? range_chunk_count(nf.f.total, q->slice) : 0;
+        memset(&q->meta, 0, sizeof(q->meta));
+        q->meta.total = nf.f.total;
+        memcpy(q->meta.etag, nf.etag, sizeof(q->meta.etag));
+        memcpy(q->meta.last_modified, nf.last_modified, sizeof(q->meta.last_modified));
         q->why = NGXCACHE_OK;
         ngxfile_close(&nf);
     }
@@ -745,8 +799,17 @@ void cache_lc_leftover(struct lc_query *q)
 
 void cache_lc_leftover_queue(struct cache *c, struct lc_query *q, struct chunk *ck)
 {
-    if (q->why == NGXCACHE_OK && c->lc_migrate == CFG_MIGRATE_MOVE)
-        lc_enqueue(c, ck, q, q->n_chunks);
+    if (q->why != NGXCACHE_OK || c->lc_migrate != CFG_MIGRATE_MOVE)
+        return;
+    /* Only a file of the version ours is (another one is not the same object's: it stays), and
+     * not one that could not be removed before (no write access: it would come back each
+     * time). */
+    const struct cache_meta *m = cache_chunk_meta(ck);
+    if (m == NULL || m->total != q->meta.total || strcmp(m->etag, q->meta.etag) != 0 ||
+        strcmp(m->last_modified, q->meta.last_modified) != 0 ||
+        !lc_first(c, q->path, LC_ONCE_UNLINK, false))
+        return;
+    lc_enqueue(c, ck, q, q->n_chunks);
 }
 
 /* Says, once at start, when lancache's filesystem holds more than disk_size lets the cache take

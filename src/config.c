@@ -932,6 +932,9 @@ static int parse_admin_names(struct config *cfg, const struct cfg_key *key, cons
                        tok);
         for (char *c = tok; *c != '\0'; c++)
             *c = (char)tolower((unsigned char)*c);
+        size_t tl = strlen(tok);
+        if (tl > 1 && tok[tl - 1] == '.') /* the absolute form names the same host */
+            tok[tl - 1] = '\0';
         bool dup = false;
         for (size_t i = 0; i < cfg->n_admin_names && !dup; i++)
             dup = strcmp(cfg->admin_names[i], tok) == 0;

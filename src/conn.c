@@ -54,6 +54,7 @@
 #include "forward.h"
 #include "http1.h"
 #include "httpdate.h"
+#include "live.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -170,12 +171,23 @@ static struct access_str field_str(const struct conn *c, const char *name)
     return s;
 }
 
+void conn_live_account(struct conn *c, bool all)
+{
+    uint64_t bytes = c->body_bytes - c->live_bytes;
+    if (!c->proxied || c->ident == NULL || bytes == 0 || (!all && bytes < CONN_LIVE_STEP))
+        return;
+    live_account(c->ident, strlen(c->ident), c->peer_ip, bytes, c->hit_bytes - c->live_hit);
+    c->live_bytes = c->body_bytes;
+    c->live_hit = c->hit_bytes;
+}
+
 /* The request's access log line, once (status and bytes as far as they got). */
 static void log_access(struct conn *c)
 {
     if (c->logged || c->status == 0)
         return;
     c->logged = true;
+    conn_live_account(c, true);
     static const char *const protos[] = {"HTTP/1.0", "HTTP/1.1"};
     char uri[H1_MAX_TARGET + 2];
     struct access_entry e;
@@ -230,7 +242,7 @@ static void req_reset(struct conn *c)
     c->proxied = false;
     c->logged = false;
     c->local_resp = false;
-    c->body_bytes = 0;
+    c->body_bytes = c->hit_bytes = c->live_bytes = c->live_hit = 0;
 }
 
 /* The response is fully queued: next request, or close once flushed. */

@@ -117,6 +117,8 @@ struct conn {
     int status;
     enum fwd_body body; /* pass: framing towards the client */
     uint64_t body_bytes;
+    uint64_t hit_bytes;                /* of them, hits (per byte, as response_bytes_total) */
+    uint64_t live_bytes, live_hit;     /* of those, already handed to live (conn_live_account) */
     const struct conn_responder *resp; /* answering the current request; NULL: none (yet) */
 
     /* The pass-through path (conn_pass.c). */
@@ -206,6 +208,10 @@ void conn_response_cut(struct conn *c);
  * forwards an answer it cannot cache through the pass path. */
 void conn_hand_over(struct conn *c, const struct conn_responder *to);
 void conn_out_ensure(struct conn *c);
+/* Hands the body bytes sent since the last call to live (per service and client): at the end
+ * of each request, and every CONN_LIVE_STEP bytes of a long one (<all>: whatever the amount). */
+#define CONN_LIVE_STEP (8u << 20)
+void conn_live_account(struct conn *c, bool all);
 
 /* conn_cache.c: conn_cache_responder's functions. */
 /* Starts serving the current request from the cache. */

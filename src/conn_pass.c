@@ -247,6 +247,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
             taken += buf_append(&c->out, data + taken, len - taken);
     }
     c->body_bytes += taken;
+    conn_live_account(c, false);
     if (c->bypass)
         g_stats.bytes_bypass += taken;
     else

@@ -119,6 +119,8 @@ static bool share_step(struct conn *c)
         c->body_bytes += (uint64_t)k;
         g_stats.bytes_miss += fresh;
         g_stats.bytes_hit += (uint64_t)k - fresh;
+        c->hit_bytes += (uint64_t)k - fresh;
+        conn_live_account(c, false);
         c->sent_bytes = true;
         c->sent_new = c->sent_new || fresh > 0;
         c->last_write = ev_now(c->ctx->loop);

@@ -150,6 +150,9 @@ struct fetch {
     struct chunk *head_ck; /* ref: a chunk whose head part [0, head_off) is not asked yet */
     uint64_t head_off;
     struct answer *ans; /* ref: the answer being read to share or store (DRAIN_*, BUFFER) */
+    uint64_t first;     /* the first object byte it was asked for (fetch_foreach) */
+    double started_at;  /* ev_now at its start */
+    double byte_at;     /* ev_now of its last body byte (started_at before the first) */
 };
 
 static struct fetch_ctx *fctx;
@@ -954,6 +957,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
             return len;
         } /* else failed by its other part's fetch: our part of it is read away */
         f->pos += n;
+        f->byte_at = ev_now(fctx->loop);
         taken += n;
         if (f->pos == end) {
             next_chunk(f);
@@ -1147,8 +1151,9 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     for (size_t i = 0; i < n; i++)
         f->cks[i] = cache_chunk_ref(cks[i]);
     f->n = n;
-    f->pos = pos;
+    f->pos = f->first = pos;
     f->last = last;
+    f->started_at = f->byte_at = ev_now(fctx->loop);
     f->next_index = cache_chunk_index(cks[n - 1]) + 1;
     f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
@@ -1433,4 +1438,27 @@ void fetch_cancel_all(void)
 {
     while (fetches != NULL)
         fetch_finish(fetches, CHUNK_FAIL_ORIGIN);
+}
+
+void fetch_foreach(fetch_visit_fn *fn, void *arg)
+{
+    for (struct fetch *f = fetches; f != NULL; f = f->next) {
+        CHECK_OBJ(f, FETCH_MAGIC);
+        struct fetch_info fi;
+        memset(&fi, 0, sizeof(fi));
+        fi.id = f->id;
+        fi.state = fetch_state_names[f->state];
+        fi.host = f->host;
+        fi.key = cache_chunk_key(f->cks[0], &fi.key_len);
+        fi.first = f->first;
+        fi.pos = f->pos;
+        fi.last = f->last;
+        const struct cache_meta *m = cache_chunk_meta(f->cks[f->cur < f->n ? f->cur : 0]);
+        fi.total = m != NULL ? m->total : 0;
+        for (size_t i = f->cur; i < f->n; i++)
+            fi.readers += cache_chunk_readers(f->cks[i]);
+        fi.started_at = f->started_at;
+        fi.byte_at = f->byte_at;
+        fn(&fi, arg);
+    }
 }

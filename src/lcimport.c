@@ -625,11 +625,14 @@ static void import_file(struct imp *im, const char *path, const char *name, stru
     for (uint64_t i = 0; i <= last - first; i++)
         written += mv.bytes != NULL && mv.bytes[i] > 0;
     free(mv.bytes);
+    free(mv.inos);
     pthread_mutex_lock(&im->mu);
     if (mv.rc < 0) {
         im->skipped[IMP_WRITE]++;
         if (im->write_err == 0)
             im->write_err = -mv.rc;
+        if (!all_there && written == 0)
+            im->room += (int64_t)need; /* nothing of it is on disk */
     } else if (all_there && written == 0) {
         im->present++;
     } else {

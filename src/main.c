@@ -11,6 +11,7 @@
  * reopen the error log.
  */
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@
 #include "fetch.h"
 #include "lcenv.h"
 #include "lcimport.h"
+#include "live.h"
 #include "log.h"
 #include "resolver.h"
 #include "server.h"
@@ -643,6 +645,11 @@ int main(int argc, char **argv)
         server_stop();
         goto out_modules;
     }
+    /* The dashboard's samples and tables; totals per service beside the first cache dir's
+     * shards (the disk index looks only at its ab/ directories). */
+    char state_path[PATH_MAX];
+    snprintf(state_path, sizeof(state_path), "%s/cacheparty-live.state", cfg->dirs[0]);
+    live_start(loop, state_path);
 
     ev_signal_init(&sig_term, on_stop_signal, SIGTERM);
     ev_signal_init(&sig_int, on_stop_signal, SIGINT);
@@ -671,6 +678,7 @@ int main(int argc, char **argv)
     ev_prepare_stop(loop, &flush_logs);
     server_stop();
     admin_stop();
+    live_stop();
 out_modules:
     conn_module_fini();
     tlsrelay_fini();

@@ -139,6 +139,7 @@ void ngxfile_move(struct ngxfile_move *mv)
 {
     uint64_t n = mv->last - mv->first + 1;
     mv->bytes = xcalloc(n, sizeof(*mv->bytes));
+    mv->inos = xcalloc(n, sizeof(*mv->inos));
     mv->rc = 0;
     char *body = xmalloc(mv->chunk_size);
     char path[PATH_MAX], tmp[PATH_MAX];
@@ -170,8 +171,10 @@ void ngxfile_move(struct ngxfile_move *mv)
         mv->rc = chunkfile_write_tmp(AT_FDCWD, tmp, &mv->m, body, (size_t)len, false);
         if (mv->rc == 0)
             mv->rc = chunkfile_commit(AT_FDCWD, tmp, path);
-        if (mv->rc == 0 && stat(path, &sb) == 0)
+        if (mv->rc == 0 && stat(path, &sb) == 0) {
             mv->bytes[i] = diskidx_file_bytes(&sb);
+            mv->inos[i] = sb.st_ino;
+        }
     }
     free(body);
 }

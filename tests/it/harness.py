@@ -1360,9 +1360,11 @@ def build_request(method="GET", target="/", host=DEFAULT_HOST, headers=(), versi
 class Client:
     """Blocking raw-socket HTTP/1.x client for one connection."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10.0):
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, source=None):
+        """source: a local address to connect from (another loopback address: another client)."""
         self.timeout = timeout * SLOW
-        self.sock = socket.create_connection((host, port), timeout=self.timeout)
+        self.sock = socket.create_connection((host, port), timeout=self.timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.parser = ResponseParser()
         self.peer_closed = False

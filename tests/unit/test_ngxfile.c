@@ -245,6 +245,7 @@ static void test_move_writes_verified_chunk_files_and_keeps_existing_ones(void *
     assert_int_equal(mv.last, 1);
     assert_true(mv.bytes[0] > 0);
     free(mv.bytes);
+    free(mv.inos);
     /* The chunk file holds the body bytes nginx stored, and the version. */
     char cpath[256];
     assert_int_equal(chunkfile_path(cpath, sizeof(cpath), shard, obj, 1), 0);
@@ -274,6 +275,7 @@ static void test_move_writes_verified_chunk_files_and_keeps_existing_ones(void *
     assert_int_equal(mv.rc, 0);
     assert_int_equal(mv.bytes[0], 0);
     free(mv.bytes);
+    free(mv.inos);
     assert_int_equal(stat(cpath, &sb), 0);
     assert_int_equal(sb.st_ino, before.st_ino);
     /* One of ours that does not verify (a bit flipped in its body) is rewritten from the nginx
@@ -290,6 +292,7 @@ static void test_move_writes_verified_chunk_files_and_keeps_existing_ones(void *
     assert_int_equal(mv.rc, 0);
     assert_true(mv.bytes[0] > 0);
     free(mv.bytes);
+    free(mv.inos);
     assert_int_equal(chunkfile_read_verify(AT_FDCWD, cpath, ckey, strlen(ckey), SLICE, 1, &info,
                                            body, sizeof(body), &blen, &boff),
                      0);
@@ -301,6 +304,7 @@ static void test_move_writes_verified_chunk_files_and_keeps_existing_ones(void *
     ngxfile_move(&mv);
     assert_true(mv.rc < 0);
     free(mv.bytes);
+    free(mv.inos);
     assert_int_equal(stat(cpath, &sb), -1);
     ngxfile_fini(&nf);
 }

@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""b23: the dashboard's JSON (docs/interfaces.md "Dashboard API"): /api/live's fetches in flight
+(with their readers, gone once done), bytes per service and per client address (hits per byte,
+as response_bytes_total), its totals equal to /status, a service's totals kept across a restart,
+/api/history's samples; both behind the admin checks like every view."""
+
+import json
+import threading
+
+import harness as H
+
+SIZE = 300000  # one chunk at the harness's chunk size
+
+
+class DashboardApi(H.CPTestCase):
+    def start(self, overrides=None):
+        o = {"server": {"admin_listen": "auto"}}
+        for sec, kv in (overrides or {}).items():
+            o.setdefault(sec, {}).update(kv)
+        return self.setup_proxy(o)
+
+    def api(self, target):
+        r = self.daemon.admin_get(target)
+        self.assertStatus(r, 200)
+        self.assertEqual(r.header("Content-Type"), "application/json")
+        return json.loads(bytes(r.body))
+
+    def gated_route(self, prefix, size):
+        """An object whose origin sends half its body, then waits for the test to open the gate
+        (a behaviour of the origin under the test's control: no timing)."""
+        gate = threading.Event()
+        body = H.content(prefix + "/size/%d" % size, 0, size)
+
+        def handler(ex):
+            ex.send_head(200, [("Content-Length", str(size)), ("ETag", '"gated"'),
+                               ("Content-Type", "application/octet-stream")])
+            if ex.req.method == "HEAD":
+                return
+            ex.write(body[:size // 2])
+            while not gate.wait(0.05):
+                if ex.origin.stopping.is_set():
+                    return
+            ex.write(body[size // 2:])
+        self.origin.route(prefix, handler)
+        return gate, body
+
+    def test_fetch_in_flight_with_its_readers_then_gone(self):
+        self.start()
+        prefix = "/b23/gated"
+        gate, body = self.gated_route(prefix, SIZE)
+        path = prefix + "/size/%d" % SIZE
+        a = self.client()
+        b = self.client()
+        a.request(path)
+        # The fetch shows once half the body has come; B then joins it.
+        H.wait_until(lambda: any(f["done"] >= SIZE // 2 for f in self.api("/api/live")["fetches"]),
+                     10 * H.SLOW, 0.05, "the fetch half done")
+        b.request(path)
+        H.wait_until(lambda: [f["readers"] for f in self.api("/api/live")["fetches"]] == [2],
+                     10 * H.SLOW, 0.05, "two readers on the fetch")
+        f = self.api("/api/live")["fetches"][0]
+        self.assertEqual(f["service"], H.DEFAULT_HOST)
+        self.assertEqual(f["path"], path)
+        self.assertEqual(f["total"], SIZE)
+        self.assertGreaterEqual(f["done"], SIZE // 2)
+        self.assertLess(f["done"], SIZE)
+        self.assertFalse(f["stalled"])  # (it waits for the gate far less than stall_s here)
+        self.assertEqual(self.api("/api/live")["now"]["fetches"], 1)
+        gate.set()
+        for c in (a, b):
+            r = c.read_response()
+            self.assertStatus(r, 200)
+            self.assertEqual(bytes(r.body), body)
+        H.wait_until(lambda: self.api("/api/live")["fetches"] == [], 10 * H.SLOW, 0.05,
+                     "no fetch in flight")
+        self.assertEqual(self.origin.request_count(), 1)
+
+    def test_bytes_per_service_and_client_match_the_counters(self):
+        self.start()
+        p1, p2 = "/b23/svc/a/size/%d" % SIZE, "/b23/svc/b/size/%d" % (SIZE // 3)
+        self.assertBody(self.get(p1), p1)
+        self.assertBody(self.get(p1), p1)  # a hit, every byte
+        other = H.Client(self.daemon.port, source="127.0.0.2")
+        self._clients.append(other)
+        other.request(p2)
+        self.assertBody(other.read_response(), p2)
+        other.request(p1)
+        self.assertBody(other.read_response(), p1)
+        self.daemon.settle_fetches()
+        H.wait_until(lambda: sum(s["bytes"] for s in self.api("/api/live")["services"]) ==
+                     3 * SIZE + SIZE // 3, 10 * H.SLOW, 0.05, "the bytes accounted")
+        live = self.api("/api/live")
+        st = self.daemon.status()
+        svc = {s["name"]: s for s in live["services"]}
+        self.assertEqual(list(svc), [H.DEFAULT_HOST])
+        s = svc[H.DEFAULT_HOST]
+        self.assertEqual(s["bytes"], 3 * SIZE + SIZE // 3)
+        self.assertEqual(s["hit"], 2 * SIZE)
+        self.assertEqual(s["total_bytes"], s["bytes"])  # a first start: this run is all
+        cl = {c["name"]: c for c in live["clients"]}
+        self.assertEqual(cl["127.0.0.1"]["bytes"], 2 * SIZE)
+        self.assertEqual(cl["127.0.0.1"]["hit"], SIZE)
+        self.assertEqual(cl["127.0.0.2"]["bytes"], SIZE + SIZE // 3)
+        self.assertEqual(cl["127.0.0.2"]["hit"], SIZE)
+        self.assertEqual([c["floor"] for c in live["clients"]], [0, 0])
+        self.assertEqual([c["name"] for c in live["clients"]], ["127.0.0.1", "127.0.0.2"])
+        t = live["totals"]
+        self.assertEqual(t["bytes_hit"], st["response_bytes_total"]["hit"])
+        self.assertEqual(t["bytes_miss"], st["response_bytes_total"]["miss"])
+        self.assertEqual(t["bytes_hit"], 2 * SIZE)
+        self.assertEqual(t["bytes_miss"], SIZE + SIZE // 3)
+        self.assertEqual(t["upstream_bytes"], st["upstream_bytes_total"])
+        self.assertAlmostEqual(t["hit_ratio"], 2 * SIZE / (3 * SIZE + SIZE // 3), places=3)
+        self.assertEqual(live["now"]["connections"], st["connections"]["http"])
+        h = self.api("/api/history")
+        self.assertEqual(h["columns"][:3], ["t_ms", "bytes_hit", "bytes_miss"])
+        self.assertGreaterEqual(len(h["samples"]), 1)
+        self.assertTrue(all(len(x) == 8 for x in h["samples"]))
+        ts = [x[0] for x in h["samples"]]
+        self.assertEqual(ts, sorted(ts))
+
+    def test_service_totals_survive_a_restart(self):
+        d = self.start()
+        p = "/b23/keep/size/%d" % SIZE
+        self.assertBody(self.get(p), p)
+        self.assertBody(self.get(p), p)
+        H.wait_until(lambda: sum(s["bytes"] for s in self.api("/api/live")["services"]) ==
+                     2 * SIZE, 10 * H.SLOW, 0.05, "the bytes accounted")
+        d.stop()
+        d.start()
+        live = self.api("/api/live")
+        s = {x["name"]: x for x in live["services"]}[H.DEFAULT_HOST]
+        self.assertEqual((s["bytes"], s["hit"]), (0, 0))
+        self.assertEqual((s["total_bytes"], s["total_hit"]), (2 * SIZE, SIZE))
+        self.assertBody(self.get(p), p)
+        H.wait_until(lambda: {x["name"]: x for x in self.api("/api/live")["services"]}
+                     [H.DEFAULT_HOST]["total_bytes"] == 3 * SIZE, 10 * H.SLOW, 0.05,
+                     "the new bytes added to the total")
+
+    def test_the_api_is_a_view_behind_the_token(self):
+        self.start({"server": {"admin_listen": "auto-any",
+                               "admin_token": "b23-token-0123456789abcdef"}})
+        c = H.Client(self.daemon.admin_port)
+        self._clients.append(c)
+        for target in ("/api/live", "/api/history"):
+            c.request(target, host="127.0.0.1")
+            self.assertStatus(c.read_response(), 401)
+        self.assertIn("fetches", self.api("/api/live"))  # admin_get sends the token
+
+
+if __name__ == "__main__":
+    H.main()
