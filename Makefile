@@ -39,7 +39,7 @@ LIBS_ALL = -lev -lhttp_parser -lxxhash -lmd -lz $(PKG_LIBS) -lm
 
 SRCS     := $(wildcard src/*.c)
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
-LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS)) $(BUILD)/obj/dashboard_page.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -55,6 +55,17 @@ all: $(BUILD)/cacheparty
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+# The dashboard page (include/dashboard.h), its bytes as a C array.
+$(BUILD)/gen/dashboard_page.c: src/dashboard.html
+	@mkdir -p $(@D)
+	@{ echo '/* generated from src/dashboard.html by the Makefile: do not edit */'; \
+	  echo '#include "dashboard.h"'; echo 'const unsigned char dashboard_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '};'; \
+	  echo 'const size_t dashboard_html_len = sizeof(dashboard_html);'; } > $@
+
+$(BUILD)/obj/dashboard_page.o: $(BUILD)/gen/dashboard_page.c include/dashboard.h
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/libcacheparty.a: $(LIBOBJS)
 	@rm -f $@

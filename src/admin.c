@@ -42,6 +42,7 @@
 #include "buf.h"
 #include "cache.h"
 #include "config.h"
+#include "dashboard.h"
 #include "domains.h"
 #include "fetch.h"
 #include "http1.h"
@@ -389,6 +390,53 @@ static void api_history(struct abuf *b)
     ab_puts(b, j.n > 0 ? "\n  ]\n}\n" : "]\n}\n");
 }
 
+/* The page's own headers: nothing from elsewhere, never framed (a purge button under another
+ * site's page), no Referer with its address. */
+#define ADMIN_PAGE_HEADERS                                                                         \
+    "Content-Security-Policy: default-src 'self'; script-src 'self' 'unsafe-inline'; "             \
+    "style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'\r\n"                  \
+    "X-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"                                    \
+    "X-Content-Type-Options: nosniff\r\n"
+
+/* Debian's libjs-chart.js (3.x in Debian 12), read once when first asked. */
+static const char *const chart_paths[] = {
+    "/usr/share/javascript/chart.js/chart.min.js",  "/usr/share/javascript/chart.js/chart.umd.js",
+    "/usr/share/javascript/chart.js/Chart.min.js",  "/usr/share/nodejs/chart.js/dist/chart.min.js",
+    "/usr/share/nodejs/chart.js/dist/chart.umd.js",
+};
+#define ADMIN_STATIC_MAX (4u << 20)
+
+static struct {
+    bool tried;
+    char *body; /* owns: the file, or NULL when none is installed */
+    size_t len;
+} chart_js;
+
+static void chart_js_load(void)
+{
+    if (chart_js.tried)
+        return;
+    chart_js.tried = true;
+    for (size_t i = 0; i < ARRAY_SIZE(chart_paths) && chart_js.body == NULL; i++) {
+        FILE *f = fopen(chart_paths[i], "rb");
+        if (f == NULL)
+            continue;
+        char *b = xmalloc(ADMIN_STATIC_MAX);
+        size_t n = fread(b, 1, ADMIN_STATIC_MAX, f);
+        bool whole = feof(f) && !ferror(f);
+        fclose(f);
+        if (!whole || n == 0) {
+            free(b);
+            continue;
+        }
+        chart_js.body = b;
+        chart_js.len = n;
+        log_info("admin: the dashboard's charts from %s", chart_paths[i]);
+    }
+    if (chart_js.body == NULL)
+        log_info("admin: no chart library (Debian's libjs-chart.js): the dashboard shows tables");
+}
+
 static struct admin_ctx *actx; /* borrows: main's */
 static unsigned n_conns;
 static bool on_loopback; /* admin_listen is a loopback address (fixed for the listener's life) */
@@ -640,6 +688,13 @@ static bool admitted(struct admin_conn *c, const char *h, const struct h1_req *r
     log_info("admin#%u %s: %.*s %.*s refused (%d): %s", c->id, c->peer, (int)req->method_s.len,
              h + req->method_s.off, (int)req->path.len, h + req->path.off, status,
              adminauth_reason(v));
+    if (status == 401 && read_only && path_is(h, req, "/")) {
+        /* The page itself holds no data: it asks for the token and keeps it as a cookie. */
+        respond(c, req, 401, "text/html; charset=utf-8",
+                "WWW-Authenticate: Bearer realm=\"cacheparty admin\"\r\n" ADMIN_PAGE_HEADERS,
+                (const char *)dashboard_html, dashboard_html_len, req->method == H1_M_HEAD);
+        return false;
+    }
     respond_text(c, req, status,
                  status == 401 ? "WWW-Authenticate: Bearer realm=\"cacheparty admin\"\r\n" : NULL,
                  req->method == H1_M_HEAD, "%s\n", adminauth_reason(v));
@@ -657,7 +712,8 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
     bool purge = req->method == H1_M_OTHER && req->method_s.len == 5 &&
                  memcmp(h + req->method_s.off, "PURGE", 5) == 0;
     bool api = path_is(h, req, "/api/live") || path_is(h, req, "/api/history");
-    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status") || api;
+    bool page = path_is(h, req, "/") || path_is(h, req, "/static/chart.js");
+    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status") || api || page;
 
     if (req->method == H1_M_CONNECT)
         c->close_after = true;
@@ -665,6 +721,17 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
         return;
     if (purge) {
         handle_purge(c, h, req);
+    } else if (get && path_is(h, req, "/")) {
+        respond(c, req, 200, "text/html; charset=utf-8", ADMIN_PAGE_HEADERS,
+                (const char *)dashboard_html, dashboard_html_len, head);
+    } else if (get && page) {
+        chart_js_load();
+        if (chart_js.body != NULL)
+            respond(c, req, 200, "text/javascript; charset=utf-8",
+                    "X-Content-Type-Options: nosniff\r\n", chart_js.body, chart_js.len, head);
+        else
+            respond_text(c, req, 404, NULL, head,
+                         "no chart library: install Debian's libjs-chart.js\n");
     } else if (get && api) {
         struct abuf body = {NULL, 0, 0};
         if (path_is(h, req, "/api/live"))
@@ -944,6 +1011,9 @@ int admin_start(struct admin_ctx *ctx, const struct cfg_addr *addr, char *err, s
 
 void admin_stop(void)
 {
+    free(chart_js.body);
+    chart_js.body = NULL;
+    chart_js.tried = false;
     if (!listening)
         return;
     listening = false;

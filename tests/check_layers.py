@@ -50,7 +50,7 @@ origin:    resolver upool upstream
 core:      cache
 fill:      fetch
 client:    conn tlsrelay
-front:     server admin lcimport lcenv
+front:     server admin dashboard lcimport lcenv
 program:   main
 """
 
