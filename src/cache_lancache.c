@@ -182,6 +182,9 @@ void cache_lc_find(struct lc_query *q)
         q->body_off = (off_t)(nf.f.body_start + (start - nf.f.first));
         q->whole = nf.f.resp.status == 200;
         q->n_chunks = q->whole ? range_chunk_count(nf.f.total, q->slice) : 1;
+        /* The loop sends it with sendfile: its pages are read here, on the I/O thread, so that
+         * the loop does not wait for the disk (as for a chunk file of ours, read whole here). */
+        (void)readahead(nf.fd, q->body_off, (size_t)q->data_len);
         q->fd = nf.fd;
         nf.fd = -1;
         q->sb = nf.sb;
