@@ -18,6 +18,9 @@ DEB_DEPS := build-essential pkg-config libev-dev libhttp-parser-dev libinih-dev 
 # `cacheparty dns` into, and the nginx that tests/it/b21_lancache.py fills a lancache cache with;
 # tests/deps-servers.sh installs them with none of their services enabled or running.
 DEB_SERVERS := dnsmasq-base unbound bind9 nginx
+# For the tests only (`make test`, never `make run` nor the build): the real browser of
+# tests/it/b24_dashboard_browser.py and the chart library the dashboard uses when installed.
+DEB_TEST_ONLY := chromium chromium-driver libjs-chart.js
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align
@@ -47,7 +50,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .SECONDARY:
 
-.PHONY: all run test asan bench fuzz soak cross install uninstall clean deps unit it check-headers \
+.PHONY: all run test asan bench fuzz soak cross install uninstall clean deps deps-test unit it check-headers \
         check-format check-layers test-bins
 
 all: $(BUILD)/cacheparty
@@ -106,6 +109,17 @@ deps:
 	    $$SUDO sh tests/deps-servers.sh $(DEB_SERVERS); \
 	fi
 
+deps-test:
+	@missing=""; for p in $(DEB_TEST_ONLY); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing test dependencies:$$missing"; \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
 run: deps
 	@$(MAKE) --no-print-directory all
 	@mkdir -p var/cache var/log
@@ -114,7 +128,7 @@ run: deps
 
 # The fuzzers run here in a bounded short form (the checked-in seeds and regression inputs, then
 # 5 s per target); .ci/run gives them 30 s each and `make fuzz` 10 minutes.
-test: deps
+test: deps deps-test
 	@$(MAKE) --no-print-directory test-bins
 	@$(MAKE) --no-print-directory check-headers check-format check-layers
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=5

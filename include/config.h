@@ -116,6 +116,7 @@ struct config {
     bool admin_public;                         /* read-only views without the token */
     char *admin_names[CONFIG_MAX_ADMIN_NAMES]; /* owns: host names (lowercase, no port) */
     size_t n_admin_names;
+    char *dashboard_chart_js; /* owns: the chart library's file; NULL: Debian's libjs-chart.js */
     char hostname[CONFIG_HOST_MAX]; /* default gethostname() */
     unsigned max_connections;       /* >= 1 */
     uint64_t request_timeout_ms;

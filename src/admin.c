@@ -417,8 +417,11 @@ static void chart_js_load(void)
     if (chart_js.tried)
         return;
     chart_js.tried = true;
-    for (size_t i = 0; i < ARRAY_SIZE(chart_paths) && chart_js.body == NULL; i++) {
-        FILE *f = fopen(chart_paths[i], "rb");
+    const char *own = g_cfg->dashboard_chart_js;
+    size_t n_paths = own != NULL ? 1 : ARRAY_SIZE(chart_paths);
+    for (size_t i = 0; i < n_paths && chart_js.body == NULL; i++) {
+        const char *path = own != NULL ? own : chart_paths[i];
+        FILE *f = fopen(path, "rb");
         if (f == NULL)
             continue;
         char *b = xmalloc(ADMIN_STATIC_MAX);
@@ -431,7 +434,7 @@ static void chart_js_load(void)
         }
         chart_js.body = b;
         chart_js.len = n;
-        log_info("admin: the dashboard's charts from %s", chart_paths[i]);
+        log_info("admin: the dashboard's charts from %s", path);
     }
     if (chart_js.body == NULL)
         log_info("admin: no chart library (Debian's libjs-chart.js): the dashboard shows tables");

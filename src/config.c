@@ -107,6 +107,12 @@ static const struct cfg_key cfg_keys[] = {
      .parse = parse_admin_names,
      .list = true,
      .def = ""},
+    {.section = "server",
+     .name = "dashboard_chart_js",
+     .parse = parse_path_opt,
+     .off = offsetof(struct config, dashboard_chart_js),
+     .def = "",
+     .fixed = "cannot change live: kept (restart to apply)"},
     {.section = "server", .name = "hostname", .parse = parse_hostname, .def = ""},
     {.section = "server",
      .name = "max_connections",
@@ -1415,6 +1421,7 @@ void config_free(struct config **cfg)
         free(c->steam_hosts[i]);
     for (size_t i = 0; i < c->n_admin_names; i++)
         free(c->admin_names[i]);
+    free(c->dashboard_chart_js);
     config_rules_free(c);
     free(c->cache_domains);
     free(c->tls_access);
