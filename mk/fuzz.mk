@@ -34,6 +34,10 @@ $(BUILD)/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
+$(BUILD)/fuzz/obj/dashboard_page.o: $(BUILD)/gen/dashboard_page.c include/dashboard.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
 $(BUILD)/fuzz/libcacheparty-fuzz.a: $(FUZZ_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
