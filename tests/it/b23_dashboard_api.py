@@ -137,6 +137,40 @@ class DashboardApi(H.CPTestCase):
                      [H.DEFAULT_HOST]["total_bytes"] == 3 * SIZE, 10 * H.SLOW, 0.05,
                      "the new bytes added to the total")
 
+    def test_ten_thousand_client_addresses_stay_in_a_bounded_table(self):
+        # Each request from another loopback address: the table keeps 256 of them, the busiest
+        # exactly (no floor), and the daemon's memory does not grow with the addresses.
+        self.start()
+        big = "/b23/many/big/size/%d" % SIZE
+        small = "/b23/many/small/size/100"
+        top = H.Client(self.daemon.port, source="127.1.0.1")
+        self._clients.append(top)
+        top.request(big)
+        self.assertBody(top.read_response(), big)
+        self.assertBody(self.get(small), small)
+        base = self.daemon.rss_kib()
+        n = 10000
+        for i in range(n):
+            src = "127.2.%d.%d" % (i // 250, i % 250 + 1)
+            c = H.Client(self.daemon.port, source=src)
+            c.request(small, headers=[("Connection", "close")])
+            r = c.read_response()
+            c.close()
+            self.assertEqual(r.status, 200)
+        H.wait_until(lambda: sum(x["bytes"] for x in self.api("/api/live")["clients"]) ==
+                     SIZE + 100 + 100 * n, 10 * H.SLOW, 0.05, "the requests accounted")
+        live = self.api("/api/live")
+        self.assertEqual(len(live["clients"]), 256)
+        first = live["clients"][0]
+        self.assertEqual((first["name"], first["bytes"], first["floor"]), ("127.1.0.1", SIZE, 0))
+        # The space-saving table credits what it cannot tell apart, never loses a byte: its
+        # counts add up to every byte served.
+        self.assertEqual(sum(x["bytes"] for x in live["clients"]), SIZE + 100 + 100 * n)
+        self.assertTrue(all(x["floor"] <= x["bytes"] for x in live["clients"]))
+        if not H.SANITIZED:
+            self.assertLess(self.daemon.rss_kib() - base, 8 * 1024,
+                            "RSS grew by more than 8 MiB for 10,000 client addresses")
+
     def test_the_api_is_a_view_behind_the_token(self):
         self.start({"server": {"admin_listen": "auto-any",
                                "admin_token": "b23-token-0123456789abcdef"}})
