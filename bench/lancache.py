@@ -12,9 +12,10 @@ agent) and NB multi-slice objects of 64 MiB. nginx is stopped, then:
      cacheparty chunk hits from disk (each verified whole on its first read). p50/p99/mean TTFB.
   B. import rate against `cp -r` of the same tree on the same disk, the page cache dropped and a
      `sync` included in each: cp -r, `cacheparty import --copy` and `cacheparty import` (move:
-     every chunk file and directory synced before an nginx file goes).
+     the chunk files made durable by one syncfs per batch before their nginx files go).
   C. the loop's responsiveness while moves run: /lancache-heartbeat every 2 ms on its own
-     keep-alive connection while one client downloads the whole tree through cacheparty, with
+     keep-alive connection, from a process of its own on core 1 (as bench/disk_stall.sh's probe),
+     until the moves are done, while one client downloads the whole tree through cacheparty, with
      lancache_migrate = move against off (no writes), the page cache dropped before each run (as
      bench/disk_stall.sh measures a cold disk read).
 
@@ -25,6 +26,7 @@ Usage: bench/lancache.py [--small N1] [--big NB]   (defaults 400 and 4)
 
 import argparse
 import http.client
+import multiprocessing
 import os
 import shutil
 import socket
@@ -32,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,6 +142,9 @@ def q(xs, p):
 
 
 def probe(port, stop, out):
+    """In a process of its own (run_probe): the downloading client's thread must not share an
+    interpreter lock with it, or its delays would be the client's, not the loop's."""
+    os.sched_setaffinity(0, {1})
     s = socket.create_connection(("127.0.0.1", port))
     req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: probe.example\r\n\r\n"
     lat = []
@@ -155,7 +159,22 @@ def probe(port, stop, out):
             buf += d
         lat.append((time.monotonic() - t0) * 1000)
         time.sleep(0.002)
-    out.extend(lat)
+    out.put(lat)
+
+
+def run_probe(port):
+    """Starts probe() in its own process; returns (stop, collect) where collect() stops it and
+    gives its latencies."""
+    stop, q = multiprocessing.Event(), multiprocessing.Queue()
+    pr = multiprocessing.Process(target=probe, args=(port, stop, q))
+    pr.start()
+
+    def collect():
+        stop.set()
+        lat = q.get(timeout=60)
+        pr.join(10)
+        return lat
+    return collect
 
 
 def part_a(tmp, oport, tree, small, proxies):
@@ -252,16 +271,13 @@ def part_c(tmp, oport, copies, modes, small, big, proxies):
                                            "lancache_migrate": mode})
         proxies.append(p)
         drop_caches()
-        stop, lat = threading.Event(), []
-        th = threading.Thread(target=probe, args=(p.port, stop, lat))
-        th.start()
+        collect = run_probe(p.port)
         time.sleep(0.2)
         t0 = time.monotonic()
         f, t = ttfb_pass(p.port, small + big)
         dt = time.monotonic() - t0
         p.settle()
-        stop.set()
-        th.join()
+        lat = collect()
         m = p.metrics()
         p.stop()
         mb = sum(o[3] for o in small + big) / dt / 1e6
