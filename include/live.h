@@ -75,7 +75,9 @@ void live_services(live_entry_fn *fn, void *arg);
 struct live_table {
     struct live_entry *e; /* owns */
     size_t n, cap;
-    bool totals; /* keeps total_bytes/total_hit (services), ranks by them */
+    bool totals;     /* keeps total_bytes/total_hit (services), ranks by them */
+    uint32_t *slots; /* owns: name hash -> entry index + 1 (open addressing, half full) */
+    size_t n_slots;
 };
 void live_table_init(struct live_table *t, size_t cap, bool totals);
 void live_table_fini(struct live_table *t);

@@ -23,13 +23,64 @@ void live_table_init(struct live_table *t, size_t cap, bool totals)
     t->n = 0;
     t->cap = cap;
     t->totals = totals;
+    t->n_slots = 4;
+    while (t->n_slots < 2 * cap)
+        t->n_slots *= 2;
+    t->slots = xcalloc(t->n_slots, sizeof(*t->slots));
 }
 
 void live_table_fini(struct live_table *t)
 {
     free(t->e);
+    free(t->slots);
     t->e = NULL;
-    t->n = t->cap = 0;
+    t->slots = NULL;
+    t->n = t->cap = t->n_slots = 0;
+}
+
+/* FNV-1a of a name: the slot its entry is looked up by. */
+static size_t name_hash(const char *name, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* The slot holding <name>'s entry, or the empty slot where it would go. Slots hold entry
+ * index + 1 (0: empty); linear probing, at most half full. */
+static uint32_t *slot_of(const struct live_table *t, const char *name, size_t len)
+{
+    size_t mask = t->n_slots - 1;
+    for (size_t i = name_hash(name, len) & mask;; i = (i + 1) & mask) {
+        uint32_t v = t->slots[i];
+        if (v == 0)
+            return &t->slots[i];
+        const struct live_entry *e = &t->e[v - 1];
+        if (strncmp(e->name, name, len) == 0 && e->name[len] == '\0')
+            return &t->slots[i];
+    }
+}
+
+/* Removes <name>'s slot, keeping every probe chain whole (backward shift). */
+static void slot_del(struct live_table *t, const char *name)
+{
+    size_t mask = t->n_slots - 1;
+    uint32_t *s = slot_of(t, name, strlen(name));
+    if (*s == 0)
+        return;
+    size_t i = (size_t)(s - t->slots);
+    t->slots[i] = 0;
+    for (size_t j = (i + 1) & mask; t->slots[j] != 0; j = (j + 1) & mask) {
+        const struct live_entry *e = &t->e[t->slots[j] - 1];
+        size_t home = name_hash(e->name, strlen(e->name)) & mask;
+        bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            t->slots[i] = t->slots[j];
+            t->slots[j] = 0;
+            i = j;
+        }
+    }
 }
 
 /* The rank an entry keeps its place by: what it served since the first start (services) or
@@ -44,10 +95,10 @@ struct live_entry *live_table_add(struct live_table *t, const char *name, size_t
 {
     if (len >= LIVE_NAME_MAX)
         len = LIVE_NAME_MAX - 1;
-    struct live_entry *e = NULL;
-    for (size_t i = 0; i < t->n && e == NULL; i++)
-        if (strncmp(t->e[i].name, name, len) == 0 && t->e[i].name[len] == '\0')
-            e = &t->e[i];
+    if (memchr(name, '\0', len) != NULL)
+        len = strlen(name);
+    uint32_t *slot = slot_of(t, name, len);
+    struct live_entry *e = *slot != 0 ? &t->e[*slot - 1] : NULL;
     if (e == NULL && t->n < t->cap) {
         e = &t->e[t->n++];
         memset(e, 0, sizeof(*e));
@@ -58,13 +109,18 @@ struct live_entry *live_table_add(struct live_table *t, const char *name, size_t
             if (rank(&t->e[i]) < rank(e))
                 e = &t->e[i];
         uint64_t floor = rank(e);
+        slot_del(t, e->name);
+        slot = slot_of(t, name, len); /* (the deletion may have moved the empty slot) */
         memset(e, 0, sizeof(*e));
         e->bytes = e->floor = floor;
         if (t->totals)
             e->total_bytes = floor;
     }
-    memcpy(e->name, name, len);
-    e->name[len] = '\0';
+    if (*slot == 0) {
+        memcpy(e->name, name, len);
+        e->name[len] = '\0';
+        *slot = (uint32_t)(e - t->e) + 1;
+    }
     e->bytes += bytes;
     e->hit += hit;
     if (t->totals) {
@@ -87,6 +143,9 @@ static int by_rank(const void *a, const void *b)
 void live_table_sort(struct live_table *t)
 {
     qsort(t->e, t->n, sizeof(*t->e), by_rank);
+    memset(t->slots, 0, t->n_slots * sizeof(*t->slots)); /* the entries moved: index anew */
+    for (size_t i = 0; i < t->n; i++)
+        *slot_of(t, t->e[i].name, strlen(t->e[i].name)) = (uint32_t)i + 1;
 }
 
 int live_state_write(const struct live_table *t, const char *path)

@@ -156,12 +156,45 @@ static void test_services_rank_by_totals_and_persist(void **state)
     live_table_fini(&t);
 }
 
+/* Many names through a small table, sorted now and then: every entry is found again by its
+ * name (its index stays right across replacements and sorts), the counts add up to every byte. */
+static void test_index_stays_right(void **state)
+{
+    (void)state;
+    struct live_table t;
+    live_table_init(&t, 16, false);
+    uint64_t total = 0, seed = 12345;
+    for (int i = 0; i < 20000; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        char name[32];
+        snprintf(name, sizeof(name), "10.0.%u.%u", (unsigned)(seed >> 40) % 8,
+                 (unsigned)(seed >> 20) % 64);
+        uint64_t b = 1 + (seed >> 33) % 1000;
+        struct live_entry *e = live_table_add(&t, name, strlen(name), b, 0, 0);
+        total += b;
+        assert_string_equal(e->name, name);
+        if (i % 997 == 0)
+            live_table_sort(&t);
+        for (size_t k = 0; k < t.n; k++) {
+            struct live_entry *f = live_table_add(&t, t.e[k].name, strlen(t.e[k].name), 0, 0, 0);
+            assert_ptr_equal(f, &t.e[k]);
+        }
+    }
+    assert_int_equal(t.n, 16);
+    uint64_t sum = 0;
+    for (size_t k = 0; k < t.n; k++)
+        sum += t.e[k].bytes;
+    assert_int_equal(sum, total);
+    live_table_fini(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_until_full),
         cmocka_unit_test(test_space_saving_once_full),
         cmocka_unit_test(test_services_rank_by_totals_and_persist),
+        cmocka_unit_test(test_index_stays_right),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
