@@ -20,7 +20,8 @@ WAIT = 10 * H.SLOW               # eviction runs from the loop, just after the w
 
 
 def disk_usage(cache_dir):
-    """(bytes, files): apparent size of every file under <cache_dir> except tmp/ and the marker.
+    """(bytes, files): apparent size of every file under <cache_dir> except tmp/, the marker and
+    the dashboard's state file.
     Files the daemon deletes during the walk are skipped."""
     H.settle_all_disks()
     total = files = 0
@@ -28,7 +29,8 @@ def disk_usage(cache_dir):
         if root == cache_dir:
             dirs[:] = [d for d in dirs if d != "tmp"]
         for n in names:
-            if root == cache_dir and n == "cacheparty.cache":
+            if root == cache_dir and n in ("cacheparty.cache", "cacheparty-live.state",
+                                           "cacheparty-live.state.tmp"):
                 continue
             try:
                 total += os.lstat(os.path.join(root, n)).st_size

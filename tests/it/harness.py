@@ -1971,15 +1971,18 @@ def settle_all_disks():
 
 
 def chunk_files(cache_dir):
-    """Paths of every file in <cache_dir> except tmp/ and the cacheparty.cache marker, sorted,
-    once the running daemons have finished writing."""
+    """Paths of every file in <cache_dir> except tmp/, the cacheparty.cache marker and the
+    dashboard's cacheparty-live.state (its totals per service), sorted, once the running
+    daemons have finished writing."""
     settle_all_disks()
     out = []
     for root, dirs, files in os.walk(cache_dir):
         if os.path.samefile(root, cache_dir):
             dirs[:] = [d for d in dirs if d != "tmp"]
         for f in files:
-            if os.path.samefile(root, cache_dir) and f == "cacheparty.cache":
+            if os.path.samefile(root, cache_dir) and f in ("cacheparty.cache",
+                                                            "cacheparty-live.state",
+                                                            "cacheparty-live.state.tmp"):
                 continue
             out.append(os.path.join(root, f))
     return sorted(out)
