@@ -129,6 +129,22 @@ static bool siblings_agree(const struct lc_query *q, const char *dir, const stru
     return agree;
 }
 
+/* Reads [off, off + len) of <fd> into the page cache (the bytes are dropped). */
+static void warm_pages(int fd, off_t off, uint64_t len)
+{
+    static _Thread_local char scratch[256 * 1024];
+    while (len > 0) {
+        size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
+        ssize_t r = pread(fd, scratch, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return; /* (the loop's sendfile will say what is wrong) */
+        off += r;
+        len -= (uint64_t)r;
+    }
+}
+
 void cache_lc_find(struct lc_query *q)
 {
     struct ngxfile nf;
@@ -183,8 +199,9 @@ void cache_lc_find(struct lc_query *q)
         q->whole = nf.f.resp.status == 200;
         q->n_chunks = q->whole ? range_chunk_count(nf.f.total, q->slice) : 1;
         /* The loop sends it with sendfile: its pages are read here, on the I/O thread, so that
-         * the loop does not wait for the disk (as for a chunk file of ours, read whole here). */
-        (void)readahead(nf.fd, q->body_off, (size_t)q->data_len);
+         * the loop does not wait for the disk (as for a chunk file of ours, read whole here). A
+         * read, not readahead(), which may return before the pages are in. */
+        warm_pages(nf.fd, q->body_off, q->data_len);
         q->fd = nf.fd;
         nf.fd = -1;
         q->sb = nf.sb;

@@ -57,7 +57,11 @@ enum ngxcache_verdict ngxfile_open(struct ngxfile *nf, const char *path, uint64_
     ngxfile_close(nf);
     if (absent != NULL)
         *absent = false;
-    nf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    /* O_NOATIME: reading (the loop's sendfile) must not dirty the inode, or it could wait for
+     * the journal behind a move's syncfs. Only the file's owner may ask for it. */
+    nf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOATIME);
+    if (nf->fd < 0 && errno == EPERM)
+        nf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (nf->fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR) {
             if (absent != NULL)
