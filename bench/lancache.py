@@ -7,9 +7,10 @@ of tests/it/b21_lancache.py) in front of bench/origin: N1 Steam-style 1 MiB chun
 agent) and NB multi-slice objects of 64 MiB. nginx is stopped, then:
 
   A. first byte: the same 1 MiB objects fetched one after the other over one keep-alive
-     connection, the page cache dropped before each pass: first as adopted slices (served from
-     the nginx files, lancache_migrate = copy), then, after a restart (memory empty), as
-     cacheparty chunk hits from disk (each verified whole on its first read). p50/p99/mean TTFB.
+     connection, the page cache dropped before each timed pass: first as adopted slices (served
+     from the nginx files, lancache_migrate = off: no mover competes for the disk), then copied
+     into chunks (untimed) and, after a restart (memory empty), as cacheparty chunk hits from
+     disk (each verified whole on its first read). p50/p99/mean TTFB.
   B. import rate against `cp -r` of the same tree on the same disk, the page cache dropped and a
      `sync` included in each: cp -r, `cacheparty import --copy` and `cacheparty import` (move:
      the chunk files made durable by one syncfs per batch before their nginx files go).
@@ -181,15 +182,21 @@ def part_a(tmp, oport, tree, small, proxies):
     # A. first byte: adopted slice against our chunk hit, same objects, same run
     objs = small[:min(200, len(small))]
     cache_a = os.path.join(tmp, "cache_a")
-    p = Proxy(tmp, "a1", oport, {"dir": cache_a, "lancache_dir": tree,
-                                 "lancache_settle": "0", "lancache_migrate": "copy"})
+    # Served in place with nothing moved meanwhile (off: no mover competes for the disk)...
+    p = Proxy(tmp, "a0", oport, {"dir": os.path.join(tmp, "cache_a0"), "lancache_dir": tree,
+                                 "lancache_settle": "0", "lancache_migrate": "off"})
     proxies.append(p)
     drop_caches()
     f_lc, t_lc = ttfb_pass(p.port, objs)
-    m = p.metrics()
+    served = p.metrics().get('cacheparty_lancache_slices_total{result="served"}', 0)
+    p.stop()
+    # ... then copied into our chunks (not timed), and those read after a restart.
+    p = Proxy(tmp, "a1", oport, {"dir": cache_a, "lancache_dir": tree,
+                                 "lancache_settle": "0", "lancache_migrate": "copy"})
+    proxies.append(p)
+    ttfb_pass(p.port, objs)
     p.settle()
     p.stop()
-    served = m.get('cacheparty_lancache_slices_total{result="served"}', 0)
     p = Proxy(tmp, "a2", oport, {"dir": cache_a})
     proxies.append(p)
     drop_caches()
