@@ -68,6 +68,7 @@ $(BUILD)/gen/dashboard_page.c: src/dashboard.html
 	  echo 'const size_t dashboard_html_len = sizeof(dashboard_html);'; } > $@
 
 $(BUILD)/obj/dashboard_page.o: $(BUILD)/gen/dashboard_page.c include/dashboard.h
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/libcacheparty.a: $(LIBOBJS)

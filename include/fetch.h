@@ -132,7 +132,7 @@ struct fetch_info {
     unsigned id;
     const char *state; /* RESOLVE, WAIT_HEAD, BODY... */
     const char *host;  /* the origin's */
-    const char *key;   /* the object: "identifier\npath" */
+    const char *key;   /* the object: "identifier\npath" (NULL: not known any more) */
     size_t key_len;
     uint64_t first, pos, last; /* object bytes: asked from, next to come, last asked */
     uint64_t total;            /* the object's length (0: not known yet) */

@@ -1131,6 +1131,7 @@ static struct fetch *fetch_alloc(void)
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->magic = FETCH_MAGIC;
     f->id = ++fetch_next_id;
+    f->started_at = f->byte_at = ev_now(fctx->loop);
     ev_init(&f->memt, on_mem_timeout);
     f->next = fetches;
     if (fetches)
@@ -1153,7 +1154,6 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     f->n = n;
     f->pos = f->first = pos;
     f->last = last;
-    f->started_at = f->byte_at = ev_now(fctx->loop);
     f->next_index = cache_chunk_index(cks[n - 1]) + 1;
     f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
@@ -1274,7 +1274,7 @@ static void release_head_part(struct fetch *g)
     struct fetch *h = fetch_sibling(g);
     h->cks[0] = ck; /* g's ref is h's now */
     h->n = 1;
-    h->pos = start;
+    h->pos = h->first = start;
     h->last = start + g->head_off - 1;
     h->next_index = cache_chunk_index(ck) + 1;
     /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
@@ -1337,7 +1337,7 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     f->n = k; /* the old request's answer is cut there: see sink_body */
     bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
                                      off >= cache_chunk_cap(ck)); /* (not past the end) */
-    g->pos = chunk_start(ck) + (tp ? off : 0);
+    g->pos = g->first = chunk_start(ck) + (tp ? off : 0);
     g->last = f->last;
     g->next_index = f->next_index;
     f->last = chunk_start(ck) - 1;
@@ -1449,14 +1449,25 @@ void fetch_foreach(fetch_visit_fn *fn, void *arg)
         fi.id = f->id;
         fi.state = fetch_state_names[f->state];
         fi.host = f->host;
-        fi.key = cache_chunk_key(f->cks[0], &fi.key_len);
+        /* The chunks before <cur> are done and their refs dropped (NULL): the object and its
+         * length from the first one still held, or from the fetch's own key. */
+        const struct chunk *ck = NULL;
+        for (size_t i = f->cur; i < f->n && ck == NULL; i++)
+            ck = f->cks[i];
+        if (ck != NULL) {
+            fi.key = cache_chunk_key(ck, &fi.key_len);
+        } else if (f->key != NULL) {
+            fi.key = f->key;
+            fi.key_len = f->key_len;
+        }
         fi.first = f->first;
         fi.pos = f->pos;
         fi.last = f->last;
-        const struct cache_meta *m = cache_chunk_meta(f->cks[f->cur < f->n ? f->cur : 0]);
-        fi.total = m != NULL ? m->total : 0;
+        const struct cache_meta *m = ck != NULL ? cache_chunk_meta(ck) : NULL;
+        fi.total = m != NULL ? m->total : f->meta_known ? f->meta.total : 0;
         for (size_t i = f->cur; i < f->n; i++)
-            fi.readers += cache_chunk_readers(f->cks[i]);
+            if (f->cks[i] != NULL)
+                fi.readers += cache_chunk_readers(f->cks[i]);
         fi.started_at = f->started_at;
         fi.byte_at = f->byte_at;
         fn(&fi, arg);

@@ -45,9 +45,10 @@ class Browser:
         self.port = _free_port()
         self.log = open(os.path.join(tmpdir, "chromedriver.log"), "ab")
         self.proc = subprocess.Popen(
-            [CHROMEDRIVER, "--port=%d" % self.port, "--allowed-ips=127.0.0.1",
+            [CHROMEDRIVER, "--port=%d" % self.port,  # (no --allowed-ips: loopback only)
              "--log-path=%s" % os.path.join(tmpdir, "chromedriver-verbose.log")],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
         self.base = "http://127.0.0.1:%d" % self.port
         self.session = None
         deadline = time.monotonic() + timeout
@@ -55,8 +56,8 @@ class Browser:
             try:
                 if self._call("GET", "/status").get("ready"):
                     break
-            except (OSError, WebDriverError):
-                pass
+            except (OSError, ValueError, WebDriverError):
+                pass  # (not up yet, or something else on the port: timed out below)
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise WebDriverError("chromedriver did not start (see %s)" % self.log.name)
@@ -69,6 +70,7 @@ class Browser:
                 "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--disable-default-apps", "--disable-domain-reliability",
                 "--disable-client-side-phishing-detection", "--no-pings",
+                "--disable-features=MediaRouter",
                 "--proxy-server=http://127.0.0.1:9"]  # (loopback is never proxied)
         caps = {"capabilities": {"alwaysMatch": {
             "browserName": "chrome", "pageLoadStrategy": "normal",
@@ -151,12 +153,20 @@ class Browser:
             except (OSError, WebDriverError):
                 pass
             self.session = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        if self.proc is not None:
+            # chromedriver and the chromium it started: one process group of their own.
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
         self.proc = None
         self.log.close()
