@@ -5,7 +5,6 @@ as response_bytes_total), its totals equal to /status, a service's totals kept a
 /api/history's samples; both behind the admin checks like every view."""
 
 import json
-import threading
 
 import harness as H
 
@@ -25,29 +24,10 @@ class DashboardApi(H.CPTestCase):
         self.assertEqual(r.header("Content-Type"), "application/json")
         return json.loads(bytes(r.body))
 
-    def gated_route(self, prefix, size):
-        """An object whose origin sends half its body, then waits for the test to open the gate
-        (a behaviour of the origin under the test's control: no timing)."""
-        gate = threading.Event()
-        body = H.content(prefix + "/size/%d" % size, 0, size)
-
-        def handler(ex):
-            ex.send_head(200, [("Content-Length", str(size)), ("ETag", '"gated"'),
-                               ("Content-Type", "application/octet-stream")])
-            if ex.req.method == "HEAD":
-                return
-            ex.write(body[:size // 2])
-            while not gate.wait(0.05):
-                if ex.origin.stopping.is_set():
-                    return
-            ex.write(body[size // 2:])
-        self.origin.route(prefix, handler)
-        return gate, body
-
     def test_fetch_in_flight_with_its_readers_then_gone(self):
         self.start()
         prefix = "/b23/gated"
-        gate, body = self.gated_route(prefix, SIZE)
+        gate, body = H.gated_route(self.origin, prefix, SIZE)
         path = prefix + "/size/%d" % SIZE
         a = self.client()
         b = self.client()
@@ -75,38 +55,13 @@ class DashboardApi(H.CPTestCase):
                      "no fetch in flight")
         self.assertEqual(self.origin.request_count(), 1)
 
-    def ranged_gated_route(self, prefix, size, at):
-        """As gated_route, answering the proxy's Range with a 206 of exactly that range, and
-        waiting for the gate once <at> bytes of the object have gone."""
-        gate = threading.Event()
-        body = H.content(prefix + "/size/%d" % size, 0, size)
-
-        def handler(ex):
-            rng = H.parse_range(ex.req.header("Range"), size)
-            start, end = rng if isinstance(rng, tuple) else (0, size)
-            ex.send_head(206 if isinstance(rng, tuple) else 200,
-                         [("Content-Length", str(end - start)), ("ETag", '"gated"'),
-                          ("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size))]
-                         if isinstance(rng, tuple) else
-                         [("Content-Length", str(size)), ("ETag", '"gated"')])
-            if ex.req.method == "HEAD":
-                return
-            cut = max(start, min(end, at))
-            ex.write(body[start:cut])
-            while cut < end and not gate.wait(0.05):
-                if ex.origin.stopping.is_set():
-                    return
-            ex.write(body[cut:end])
-        self.origin.route(prefix, handler)
-        return gate, body
-
     def test_a_fetch_past_its_first_chunk(self):
         # Review (read, not reproduced here): a fetch of a run of chunks drops each chunk's ref
         # once filled, and the listing read the first one. Here: the fetches of an object of
         # four chunks listed while past their first MiB, all sane, the daemon alive.
         self.start()
         size = 3 * H.MIB + 12345
-        gate, body = self.ranged_gated_route("/b23/multi", size, H.MIB + H.MIB // 2)
+        gate, body = H.gated_route(self.origin, "/b23/multi", size, H.MIB + H.MIB // 2)
         path = "/b23/multi/size/%d" % size
         a = self.client()
         a.request(path)

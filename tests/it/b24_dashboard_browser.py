@@ -8,7 +8,6 @@ a person to look at."""
 
 import json
 import os
-import threading
 import time
 import unittest
 
@@ -34,24 +33,6 @@ class DashboardBrowser(H.CPTestCase):
     def page_url(self):
         return "http://127.0.0.1:%d/" % self.daemon.admin_port
 
-    def gated(self, prefix, size):
-        gate = threading.Event()
-        body = H.content(prefix + "/size/%d" % size, 0, size)
-
-        def handler(ex):
-            ex.send_head(200, [("Content-Length", str(size)), ("ETag", '"b24"'),
-                               ("Content-Type", "application/octet-stream")])
-            if ex.req.method == "HEAD":
-                return
-            ex.write(body[:size // 2])
-            while not gate.wait(0.05):
-                if ex.origin.stopping.is_set():
-                    return
-            ex.write(body[size // 2:])
-        self.origin.route(prefix, handler)
-        self.addCleanup(gate.set)
-        return gate, body
-
     def shot(self, name):
         path = os.path.join(SHOTS, "dashboard-%s.png" % name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -68,7 +49,8 @@ class DashboardBrowser(H.CPTestCase):
         self.assertBody(self.get(p1), p1)
         self.assertBody(self.get(p1), p1)
         self.daemon.settle_fetches()
-        gate, body = self.gated("/b24/gated", SIZE)
+        gate, body = H.gated_route(self.origin, "/b24/gated", SIZE)
+        self.addCleanup(gate.set)
         gp = "/b24/gated/size/%d" % SIZE
         a, b = self.client(), self.client()
         a.request(gp)

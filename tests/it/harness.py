@@ -744,6 +744,36 @@ class DnsStub:
 # --------------------------------------------------------------------------------------------
 # Daemon launcher
 # --------------------------------------------------------------------------------------------
+def gated_route(origin, prefix, size, at=None):
+    """Routes <prefix> on <origin> to an object of <size> bytes (content(prefix + "/size/N")) whose
+    origin answers a Range with a 206 of exactly that range (else a 200), sends its bytes up to
+    object byte <at> (default: half), then waits for the returned gate (a threading.Event the
+    test sets: a behaviour of the origin under the test's control, no timing) before the rest.
+    Returns (gate, body)."""
+    gate = threading.Event()
+    body = content(prefix + "/size/%d" % size, 0, size)
+    at = size // 2 if at is None else at
+
+    def handler(ex):
+        rng = parse_range(ex.req.header("Range"), size)
+        start, end = rng if isinstance(rng, tuple) else (0, size)
+        hdrs = [("Content-Length", str(end - start)), ("ETag", '"gated"'),
+                ("Content-Type", "application/octet-stream")]
+        if isinstance(rng, tuple):
+            hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size)))
+        ex.send_head(206 if isinstance(rng, tuple) else 200, hdrs)
+        if ex.req.method == "HEAD":
+            return
+        cut = max(start, min(end, at))
+        ex.write(body[start:cut])
+        while cut < end and not gate.wait(0.05):
+            if ex.origin.stopping.is_set():
+                return
+        ex.write(body[cut:end])
+    origin.route(prefix, handler)
+    return gate, body
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
