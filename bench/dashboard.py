@@ -28,20 +28,14 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "it"))
+from harness import free_port  # noqa: E402
 BUILD = os.environ.get("BUILD", "build")
 CP = os.path.join(ROOT, BUILD, "cacheparty")
 ORIGIN = os.path.join(ROOT, BUILD, "bench", "origin")
 LOADGEN = os.path.join(ROOT, BUILD, "bench", "loadgen")
 HOST = "dash.example.net"
 CLK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def cpu_ticks(pid):

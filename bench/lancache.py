@@ -54,14 +54,6 @@ def drop_caches():
         f.write("3\n")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def tree_bytes(d):
     n = b = 0
     for root, _, names in os.walk(d):
@@ -73,7 +65,7 @@ def tree_bytes(d):
 
 class Proxy:
     def __init__(self, tmp, name, origin_port, extra):
-        self.port, self.admin = free_port(), free_port()
+        self.port, self.admin = H.free_port(), H.free_port()
         self.ini = os.path.join(tmp, name + ".ini")
         cache = extra.pop("dir")
         with open(self.ini, "w") as f:
@@ -306,7 +298,7 @@ def main():
                    check=True, stdout=subprocess.DEVNULL)
     os.sched_setaffinity(0, {1})
     tmp = tempfile.mkdtemp(prefix="cp-lcbench.")
-    oport = free_port()
+    oport = H.free_port()
     origin = subprocess.Popen(["taskset", "-c", "1", ORIGIN, "-l", "127.0.0.1:%d" % oport,
                                "-d", "0", "-r", "0", "-t", "3600"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -12,11 +12,12 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+
+from harness import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -24,14 +25,6 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 def available():
     return os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class WebDriverError(Exception):
@@ -42,7 +35,7 @@ class Browser:
     def __init__(self, tmpdir, width=1280, height=1000, timeout=60.0):
         self.tmpdir = tmpdir
         self.timeout = timeout
-        self.port = _free_port()
+        self.port = free_port()
         self.log = open(os.path.join(tmpdir, "chromedriver.log"), "ab")
         self.proc = subprocess.Popen(
             [CHROMEDRIVER, "--port=%d" % self.port,  # (no --allowed-ips: loopback only)
