@@ -153,19 +153,26 @@ static void prom_escape(struct abuf *b, const char *s, bool quote)
     }
 }
 
-static void json_string(struct abuf *b, const char *s)
+/* <s>[0..len) as a JSON string: control bytes escaped, bytes over 0x7f as the Latin-1 code
+ * points they are (a path is bytes, not always UTF-8: the output stays valid JSON). */
+static void json_bytes(struct abuf *b, const char *s, size_t len)
 {
     ab_puts(b, "\"");
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
         if (ch == '"' || ch == '\\')
             ab_printf(b, "\\%c", ch);
-        else if (ch < 0x20)
+        else if (ch < 0x20 || ch >= 0x7f)
             ab_printf(b, "\\u%04x", ch);
         else
-            ab_append(b, s, 1);
+            ab_append(b, s + i, 1);
     }
     ab_puts(b, "\"");
+}
+
+static void json_string(struct abuf *b, const char *s)
+{
+    json_bytes(b, s, strlen(s));
 }
 
 static void mw_end_family(struct mw *w)
@@ -236,23 +243,6 @@ static void mw_sample(struct mw *w, const char *label_value, uint64_t v)
         ab_printf(w->b, "%llu", (unsigned long long)v);
     }
     w->n_samples++;
-}
-
-/* <s>[0..len) as a JSON string: control bytes escaped, bytes over 0x7f as the Latin-1 code
- * points they are (a path is bytes, not always UTF-8: the output stays valid JSON). */
-static void json_bytes(struct abuf *b, const char *s, size_t len)
-{
-    ab_puts(b, "\"");
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\')
-            ab_printf(b, "\\%c", ch);
-        else if (ch < 0x20 || ch >= 0x7f)
-            ab_printf(b, "\\u%04x", ch);
-        else
-            ab_append(b, s + i, 1);
-    }
-    ab_puts(b, "\"");
 }
 
 /* ---- the dashboard's JSON (docs/interfaces.md "Dashboard API") ---------------------------- */
