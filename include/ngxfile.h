@@ -73,6 +73,25 @@ struct ngxfile_move {
 };
 void ngxfile_move(struct ngxfile_move *mv);
 
+/*
+ * The nginx files of a batch of moves removed once their chunks are durable: one syncfs() per
+ * filesystem of a shard written (it covers every chunk file there, this batch's and any older
+ * one), then each file that is still the (dev, ino) read. Items with <skip> are left. A kill at
+ * any moment leaves the nginx files, or complete chunk files, or both.
+ */
+struct ngxfile_gone {
+    const char *path; /* borrowed */
+    dev_t dev;
+    ino_t ino;
+    size_t shard; /* its chunks are in <shard_dirs>[shard] (< CONFIG_MAX_DIRS) */
+    bool skip;    /* in: keep it (its move failed, or a PURGE came) */
+    /* Out: */
+    bool removed;
+    int sync_err;   /* its shard's syncfs failed (errno): kept */
+    int unlink_err; /* its unlink failed (errno): kept */
+};
+void ngxfile_remove_durable(char *const *shard_dirs, struct ngxfile_gone *g, size_t n);
+
 /* Whether two open files hold the same version: length, ETag and Last-Modified. */
 bool ngxfile_same_version(const struct ngxfile *a, const struct ngxfile *b);
 

@@ -515,31 +515,23 @@ static void on_lc_batch_work(struct iojob *j)
     ngxfile_fini(&nf);
     if (!b->remove)
         return;
-    /* Every chunk file of the batch durable (one sync per filesystem of a shard written), then
-     * the nginx files go. */
-    bool synced[CONFIG_MAX_DIRS] = {false};
-    for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
-        if (p->rc != 0 || synced[p->shard])
-            continue;
-        int fd = open(b->dirs[p->shard], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        bool ok = fd >= 0 && syncfs(fd) == 0;
-        if (fd >= 0)
-            close(fd);
-        if (!ok) {
-            for (struct lc_pending *q = b->items; q != NULL; q = q->next)
-                if (q->shard == p->shard && q->rc == 0)
-                    q->rc = -EIO;
-            continue;
-        }
-        synced[p->shard] = true;
-    }
-    for (struct lc_pending *p = b->items; p != NULL; p = p->next) {
-        struct stat now;
-        if (p->rc != 0 || atomic_load(&p->purged) || lstat(p->path, &now) < 0 ||
-            now.st_dev != p->dev || now.st_ino != p->ino)
-            continue; /* (a PURGE leaves lancache's file, whenever it comes) */
-        p->removed = unlink(p->path) == 0;
-        p->unlink_err = p->removed ? 0 : errno;
+    /* Every chunk file of the batch durable, then the nginx files go (a PURGE leaves
+     * lancache's file, whenever it comes). */
+    struct ngxfile_gone g[CACHE_LC_BATCH];
+    size_t n = 0;
+    for (struct lc_pending *p = b->items; p != NULL && n < CACHE_LC_BATCH; p = p->next)
+        g[n++] = (struct ngxfile_gone){.path = p->path,
+                                       .dev = p->dev,
+                                       .ino = p->ino,
+                                       .shard = p->shard,
+                                       .skip = p->rc != 0 || atomic_load(&p->purged)};
+    ngxfile_remove_durable(b->dirs, g, n);
+    n = 0;
+    for (struct lc_pending *p = b->items; p != NULL && n < CACHE_LC_BATCH; p = p->next, n++) {
+        if (g[n].sync_err != 0)
+            p->rc = -EIO;
+        p->removed = g[n].removed;
+        p->unlink_err = g[n].unlink_err;
     }
 }
 

@@ -401,47 +401,24 @@ static bool free_space(const char *path, uint64_t *avail)
 }
 
 /*
- * The nginx files of one worker whose chunks are all in the cache, removed in batches: one
- * syncfs per cache filesystem written (it covers chunk files this run wrote and those an earlier
- * run or the daemon wrote), then each nginx file that is still the one read. A kill before the
- * sync leaves the nginx files, which the next run finds present and removes.
+ * The nginx files of one worker whose chunks are all in the cache, removed in batches by
+ * ngxfile_remove_durable (one syncfs per cache filesystem, then each file still the one read).
+ * A kill before the sync leaves the nginx files, which the next run finds present and removes.
  */
 #define IMPORT_BATCH 256
 
-struct gone_item {
-    char *path; /* owns */
-    dev_t dev;
-    ino_t ino;
-    size_t shard;
-};
-
 struct gone_batch {
-    struct gone_item items[IMPORT_BATCH];
+    struct ngxfile_gone items[IMPORT_BATCH]; /* each path owned (xstrdup) */
     size_t n;
 };
 
 static void gone_flush(struct imp *im, struct gone_batch *g)
 {
-    bool synced[CONFIG_MAX_DIRS] = {false}, failed[CONFIG_MAX_DIRS] = {false};
-    for (size_t i = 0; i < g->n; i++) {
-        size_t s = g->items[i].shard;
-        if (synced[s] || failed[s])
-            continue;
-        int fd = open(im->cfg->dirs[s], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        bool ok = fd >= 0 && syncfs(fd) == 0;
-        if (fd >= 0)
-            close(fd);
-        synced[s] = ok;
-        failed[s] = !ok;
-    }
+    ngxfile_remove_durable(im->cfg->dirs, g->items, g->n);
     uint64_t removed = 0;
     for (size_t i = 0; i < g->n; i++) {
-        struct gone_item *it = &g->items[i];
-        struct stat now;
-        if (synced[it->shard] && lstat(it->path, &now) == 0 && now.st_dev == it->dev &&
-            now.st_ino == it->ino && unlink(it->path) == 0)
-            removed++;
-        free(it->path);
+        removed += g->items[i].removed;
+        free((char *)g->items[i].path);
     }
     g->n = 0;
     pthread_mutex_lock(&im->mu);
@@ -454,7 +431,7 @@ static void gone_add(struct imp *im, struct gone_batch *g, const char *path,
 {
     if (g->n == IMPORT_BATCH)
         gone_flush(im, g);
-    g->items[g->n++] = (struct gone_item){
+    g->items[g->n++] = (struct ngxfile_gone){
         .path = xstrdup(path), .dev = nf->sb.st_dev, .ino = nf->sb.st_ino, .shard = shard};
 }
 

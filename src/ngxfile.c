@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "diskidx.h"
 #include "http1.h"
 #include "range.h"
@@ -181,4 +182,36 @@ void ngxfile_move(struct ngxfile_move *mv)
         }
     }
     free(body);
+}
+
+void ngxfile_remove_durable(char *const *shard_dirs, struct ngxfile_gone *g, size_t n)
+{
+    int err[CONFIG_MAX_DIRS] = {0};
+    bool done[CONFIG_MAX_DIRS] = {false};
+    for (size_t i = 0; i < n; i++) {
+        size_t s = g[i].shard;
+        ASSERT(s < CONFIG_MAX_DIRS);
+        g[i].removed = false;
+        g[i].sync_err = g[i].unlink_err = 0;
+        if (g[i].skip || done[s])
+            continue;
+        int fd = open(shard_dirs[s], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        err[s] = fd < 0 || syncfs(fd) < 0 ? (errno != 0 ? errno : EIO) : 0;
+        if (fd >= 0)
+            close(fd);
+        done[s] = true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct stat now;
+        if (g[i].skip)
+            continue;
+        if (err[g[i].shard] != 0) {
+            g[i].sync_err = err[g[i].shard];
+            continue;
+        }
+        if (lstat(g[i].path, &now) < 0 || now.st_dev != g[i].dev || now.st_ino != g[i].ino)
+            continue; /* gone, or another file by now: not ours to remove */
+        g[i].removed = unlink(g[i].path) == 0;
+        g[i].unlink_err = g[i].removed ? 0 : errno;
+    }
 }

@@ -309,6 +309,50 @@ static void test_move_writes_verified_chunk_files_and_keeps_existing_ones(void *
     ngxfile_fini(&nf);
 }
 
+/* The removal after a batch of moves: the file still the one read goes; one replaced since, one
+ * skipped and one whose shard cannot be synced stay. */
+static void test_remove_durable_removes_only_the_files_read(void **state)
+{
+    struct fx *fx = *state;
+    char shard[128], gone[160], replaced[160], kept[160], lost[160];
+    snprintf(shard, sizeof(shard), "%s/shard", fx->dir);
+    assert_int_equal(mkdir(shard, 0755), 0);
+    snprintf(gone, sizeof(gone), "%s/a", fx->dir);
+    snprintf(replaced, sizeof(replaced), "%s/b", fx->dir);
+    snprintf(kept, sizeof(kept), "%s/c", fx->dir);
+    snprintf(lost, sizeof(lost), "%s/d", fx->dir);
+    const char *paths[] = {gone, replaced, kept, lost};
+    struct stat sb[4];
+    for (size_t i = 0; i < 4; i++) {
+        write_file(paths[i], "x", 1);
+        assert_int_equal(lstat(paths[i], &sb[i]), 0);
+    }
+    /* b replaced by another file of the same name after it was read */
+    char tmp[200];
+    snprintf(tmp, sizeof(tmp), "%s.new", replaced);
+    write_file(tmp, "y", 1);
+    assert_int_equal(rename(tmp, replaced), 0);
+    char missing[160];
+    snprintf(missing, sizeof(missing), "%s/no-such-shard", fx->dir);
+    char *dirs[2] = {shard, missing};
+    struct ngxfile_gone g[4];
+    for (size_t i = 0; i < 4; i++)
+        g[i] = (struct ngxfile_gone){
+            .path = paths[i], .dev = sb[i].st_dev, .ino = sb[i].st_ino, .shard = i == 3};
+    g[2].skip = true;
+    ngxfile_remove_durable(dirs, g, 4);
+    struct stat now;
+    assert_true(g[0].removed);
+    assert_int_equal(lstat(gone, &now), -1);
+    assert_false(g[1].removed);
+    assert_int_equal(lstat(replaced, &now), 0);
+    assert_false(g[2].removed);
+    assert_int_equal(lstat(kept, &now), 0);
+    assert_false(g[3].removed);
+    assert_int_equal(g[3].sync_err, ENOENT);
+    assert_int_equal(lstat(lost, &now), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +362,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_move_writes_verified_chunk_files_and_keeps_existing_ones, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_durable_removes_only_the_files_read, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
