@@ -311,6 +311,59 @@ struct answer *cache_chunk_answer(const struct chunk *ck);
  */
 int cache_purge(struct cache *c, const char *key, size_t key_len);
 
+/*
+ * The inventory of the disk tier (cache_inventory.c; groups as inventory.h defines them). The
+ * start-up scan's files join their group once the I/O pool has read their header's key (one job
+ * of at most CACHE_INV_READ_BATCH files at a time); listings and purges of a group walk the disk
+ * index in bounded steps from a timer, never more than CACHE_INV_STEP entries per step.
+ */
+#define CACHE_INV_LIST_MAX 200     /* objects a listing shows (the first found) */
+#define CACHE_INV_LIST_TTL_MS 5000 /* a listing done is shown that long, then made again */
+#define CACHE_INV_PURGES 16        /* purges queued or running at once */
+#define CACHE_INV_READ_BATCH 256
+#define CACHE_INV_STEP 65536
+struct inventory;
+/* The groups (owned by the disk index). */
+struct inventory *cache_inventory(struct cache *c);
+struct cache_inv_status {
+    bool complete;          /* the scan is over and every file found has its group */
+    uint64_t unread_chunks; /* files whose key is not read yet */
+    unsigned purges;        /* purges queued or running */
+    uint64_t purged_chunks; /* chunk files removed by purges of groups since start */
+    uint64_t index_bytes;   /* memory of the disk index, the inventory included */
+};
+void cache_inv_status(struct cache *c, struct cache_inv_status *out);
+
+struct cache_inv_obj {
+    char *path; /* owns: the object's path (its key less the identifier); NULL: unreadable */
+    uint8_t obj[16];
+    uint64_t first_index; /* its lowest chunk found */
+    unsigned shard;
+    uint64_t bytes, chunks, last_ms;
+};
+struct cache_inv_listing {
+    char service[64], prefix[96];
+    size_t n;
+    struct cache_inv_obj objs[CACHE_INV_LIST_MAX];
+    bool truncated;   /* the group holds more objects than these */
+    uint64_t done_ms; /* wall clock when it was done */
+};
+enum cache_inv_list_rc { CACHE_INV_LIST_DONE, CACHE_INV_LIST_PENDING, CACHE_INV_LIST_NONE };
+/*
+ * The objects of group (<service>, <prefix>): DONE with *<out> (borrowed until the next call of
+ * the loop), PENDING when a listing of it was started or runs (ask again), NONE when the group
+ * holds nothing. One listing runs at a time: asking for another group starts that one instead.
+ */
+enum cache_inv_list_rc cache_inv_list(struct cache *c, const char *service, const char *prefix,
+                                      const struct cache_inv_listing **out);
+/*
+ * Purges group (<service>, <prefix>), or with <prefix> NULL every group of <service>: in bounded
+ * steps, each object of them as cache_purge() does (its kept answers excepted: they are not
+ * chunks), also chunks stored into them while it runs. Returns the chunk files it starts from
+ * (in *<chunks>) and the groups (0: nothing stored there), or -EBUSY when CACHE_INV_PURGES run.
+ */
+int cache_inv_purge(struct cache *c, const char *service, const char *prefix, uint64_t *chunks);
+
 /* The fresh answers that are not objects (anstore.h), within [cache] answers_memory: a purge
  * and a new object version drop the object's entry. Borrowed. */
 struct anstore *cache_answers(struct cache *c);

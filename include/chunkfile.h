@@ -185,6 +185,16 @@ int chunkfile_read_verify(int dirfd, const char *path, const char *expect_key, s
                           struct chunkfile_info *info, void *body_out, size_t body_cap,
                           size_t *body_len, off_t *body_offset) __attribute__((warn_unused_result));
 
+/*
+ * Reads the header of chunk file <path> (not its body) and copies its key, NUL-terminated, into
+ * <key_out>[0..cap) with its length in *<key_len>. The header must verify
+ * (chunkfile_header_parse); the body is not checked. Opens with O_NOATIME where allowed.
+ * Returns 0; -ENOENT; -EBADMSG when it is no header of ours (a symlink included); -ENOBUFS when
+ * the key does not fit; or another -errno.
+ */
+int chunkfile_read_key(const char *path, char *key_out, size_t cap, size_t *key_len)
+    __attribute__((warn_unused_result));
+
 /* XXH3-128 of the cache key <key>[0..len) (borrowed), as 16 canonical (big-endian) bytes. */
 void chunkfile_key_hash(const char *key, size_t len, uint8_t out[16]);
 

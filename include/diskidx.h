@@ -53,13 +53,16 @@ void diskidx_free(struct diskidx **d);
 
 /*
  * The chunk file of (<obj>, <index>) was written with <bytes> on disk (diskidx_file_bytes()):
- * it is now the most recently used, replacing any entry for the same chunk. <now_ms> is the
- * wall clock in ms (ev_now(loop) * 1000 or util_wall_ms()). O(1), no syscall, never evicts
+ * it is now the most recently used, replacing any entry for the same chunk, and counts in the
+ * inventory's group <group> (inv_intern() on diskidx_inventory(), or INV_UNREAD). <now_ms> is
+ * the wall clock in ms (ev_now(loop) * 1000 or util_wall_ms()). O(1), no syscall, never evicts
  * inline: when a limit is exceeded, eviction runs from the loop in the next iteration.
- * Bytes are accounted in 512-byte units, rounded up (at most 2 GiB per file).
+ * Bytes are accounted in 512-byte units, rounded up (at most 128 MiB per file). <index> is
+ * below 2^52 (DISKIDX_INDEX_MAX: any chunk of a 2^64-byte object in chunks of 4 KiB or more).
  */
+#define DISKIDX_INDEX_MAX ((1ull << 52) - 1u)
 void diskidx_add(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint64_t bytes,
-                 uint64_t now_ms);
+                 uint64_t now_ms, uint32_t group);
 
 /*
  * The chunk (<obj>, <index>) was served (from memory or disk): it is now the most recently used.
@@ -105,6 +108,38 @@ uint64_t diskidx_file_bytes(const struct stat *sb);
  */
 int diskidx_parse_name(const char *name, uint8_t obj[16], uint64_t *index)
     __attribute__((warn_unused_result));
+
+/* Moves the entry of (<obj>, <index>), if there is one and it is in group <from>, to inventory
+ * group <group> (the start-up scan's entries are INV_UNREAD until their key is read). */
+void diskidx_regroup(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint32_t from,
+                     uint32_t group);
+
+/* The totals per group of the indexed files (owned by the index; valid while it is). */
+struct inventory *diskidx_inventory(struct diskidx *d);
+
+/* One entry, as diskidx_walk() shows it (a copy). */
+struct diskidx_entry {
+    uint8_t obj[16];
+    uint64_t index;
+    uint64_t bytes;   /* accounted */
+    uint64_t last_ms; /* last use */
+    uint32_t group;
+    unsigned shard;
+};
+/* Returns false to stop the walk after this entry. Must not add to or remove from the index. */
+typedef bool diskidx_entry_fn(const struct diskidx_entry *e, void *arg);
+
+/*
+ * Calls <fn> for the entries from position *<cursor> (0: the first), at most <max> of them, in
+ * the index's own order, and saves where it stopped in *<cursor>. Returns true when the walk
+ * reached the end (*<cursor> is 0 again). Removals between calls move the last entry of a shard
+ * into the hole, so a walk may miss an entry moved behind it: a caller that needs all of a
+ * group walks again until a whole pass finds none.
+ */
+bool diskidx_walk(struct diskidx *d, uint64_t *cursor, size_t max, diskidx_entry_fn *fn, void *arg);
+
+/* Bytes the index holds in memory (entries, hash table, inventory). */
+size_t diskidx_memory(const struct diskidx *d);
 
 struct diskidx_stats {
     uint64_t bytes;         /* accounted bytes of the indexed files */

@@ -41,11 +41,13 @@
 #include "admit.h"
 #include "buf.h"
 #include "cache.h"
+#include "chunkfile.h"
 #include "config.h"
 #include "dashboard.h"
 #include "domains.h"
 #include "fetch.h"
 #include "http1.h"
+#include "inventory.h"
 #include "live.h"
 #include "log.h"
 #include "server.h"
@@ -380,6 +382,158 @@ static void api_history(struct abuf *b)
     ab_puts(b, j.n > 0 ? "\n  ]\n}\n" : "]\n}\n");
 }
 
+/* ---- the inventory ------------------------------------------------------------------------ */
+
+static struct admin_ctx *actx; /* borrows: main's */
+
+#define ADMIN_INV_GROUPS 500  /* groups an answer lists (the largest; ?service= narrows them) */
+#define ADMIN_INV_SERVICES 200
+#define ADMIN_INV_VALUE_MAX (CHUNKFILE_KEY_MAX + 1) /* a query value: a path or prefix */
+
+struct inv_list {
+    const struct inv_group **g; /* owns the array, borrows the groups */
+    size_t n;
+    const char *service; /* the filter, or NULL */
+};
+
+static void on_inv_collect(const struct inv_group *g, void *arg)
+{
+    struct inv_list *l = arg;
+    l->g[l->n++] = g;
+}
+
+static int by_service(const void *a, const void *b)
+{
+    const struct inv_group *x = *(const struct inv_group *const *)a;
+    const struct inv_group *y = *(const struct inv_group *const *)b;
+    return strcmp(x->service, y->service);
+}
+
+static int by_bytes(const void *a, const void *b)
+{
+    const struct inv_group *x = *(const struct inv_group *const *)a;
+    const struct inv_group *y = *(const struct inv_group *const *)b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : strcmp(x->prefix, y->prefix);
+}
+
+struct inv_service {
+    const char *name; /* borrows a group's */
+    uint64_t bytes, chunks, last_ms;
+    unsigned groups;
+};
+
+static int service_by_bytes(const void *a, const void *b)
+{
+    const struct inv_service *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : strcmp(x->name, y->name);
+}
+
+static void json_inv_group(struct abuf *b, const struct inv_group *g)
+{
+    ab_puts(b, "{\"service\": ");
+    json_string(b, g->service);
+    ab_puts(b, ", \"prefix\": ");
+    json_string(b, g->prefix);
+    ab_printf(b, ", \"bytes\": %llu, \"chunks\": %llu, \"last_ms\": %llu, \"purging\": %s}",
+              (unsigned long long)g->bytes, (unsigned long long)g->chunks,
+              (unsigned long long)g->last_ms, g->purging ? "true" : "false");
+}
+
+/* GET /api/inventory[?service=S]: totals per service, then the largest groups. */
+static void api_inventory(struct abuf *b, const char *service)
+{
+    struct inventory *inv = cache_inventory(actx->cache);
+    struct cache_inv_status st;
+    cache_inv_status(actx->cache, &st);
+    struct inv_list l = {xcalloc(inv_count(inv) + 1, sizeof(*l.g)), 0, service};
+    inv_foreach(inv, on_inv_collect, &l);
+    /* Services: runs of one name once sorted by it. */
+    qsort(l.g, l.n, sizeof(*l.g), by_service);
+    struct inv_service *sv = xcalloc(l.n + 1, sizeof(*sv));
+    size_t n_sv = 0;
+    uint64_t bytes = 0, chunks = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        const struct inv_group *g = l.g[i];
+        bytes += g->bytes;
+        chunks += g->chunks;
+        if (g->id < INV_FIRST)
+            continue; /* not a service's */
+        if (n_sv == 0 || strcmp(sv[n_sv - 1].name, g->service) != 0)
+            sv[n_sv++].name = g->service;
+        struct inv_service *s = &sv[n_sv - 1];
+        s->bytes += g->bytes;
+        s->chunks += g->chunks;
+        s->groups++;
+        if (g->last_ms > s->last_ms)
+            s->last_ms = g->last_ms;
+    }
+    qsort(sv, n_sv, sizeof(*sv), service_by_bytes);
+    ab_printf(b,
+              "{\n  \"complete\": %s,\n  \"unread_chunks\": %llu,\n  \"purges\": %u,\n  "
+              "\"purged_chunks\": %llu,\n  \"bytes\": %llu,\n  \"chunks\": %llu,\n  "
+              "\"groups_total\": %zu,\n  \"services_total\": %zu,\n  \"index_memory_bytes\": "
+              "%llu,\n  \"inventory_memory_bytes\": %zu,\n  \"services\": [",
+              st.complete ? "true" : "false", (unsigned long long)st.unread_chunks, st.purges,
+              (unsigned long long)st.purged_chunks, (unsigned long long)bytes,
+              (unsigned long long)chunks, l.n, n_sv, (unsigned long long)st.index_bytes,
+              inv_memory(inv));
+    for (size_t i = 0; i < n_sv && i < ADMIN_INV_SERVICES; i++) {
+        ab_puts(b, i > 0 ? ",\n    {\"service\": " : "\n    {\"service\": ");
+        json_string(b, sv[i].name);
+        ab_printf(b, ", \"bytes\": %llu, \"chunks\": %llu, \"groups\": %u, \"last_ms\": %llu}",
+                  (unsigned long long)sv[i].bytes, (unsigned long long)sv[i].chunks, sv[i].groups,
+                  (unsigned long long)sv[i].last_ms);
+    }
+    ab_puts(b, n_sv > 0 ? "\n  ],\n  \"groups\": [" : "],\n  \"groups\": [");
+    qsort(l.g, l.n, sizeof(*l.g), by_bytes);
+    size_t shown = 0, matched = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (service != NULL && strcmp(l.g[i]->service, service) != 0)
+            continue;
+        matched++;
+        if (shown == ADMIN_INV_GROUPS)
+            continue;
+        ab_puts(b, shown++ > 0 ? ",\n    " : "\n    ");
+        json_inv_group(b, l.g[i]);
+    }
+    ab_printf(b, "%s,\n  \"groups_matched\": %zu\n}\n", shown > 0 ? "\n  ]" : "]", matched);
+    free(sv);
+    free(l.g);
+}
+
+/* GET /api/objects?service=S&prefix=P: 200 with the listing, 202 while it is made, 404. */
+static int api_objects(struct abuf *b, const char *service, const char *prefix)
+{
+    const struct cache_inv_listing *l = NULL;
+    enum cache_inv_list_rc rc = cache_inv_list(actx->cache, service, prefix, &l);
+    if (rc == CACHE_INV_LIST_NONE) {
+        ab_puts(b, "{\"error\": \"nothing stored in that group\"}\n");
+        return 404;
+    }
+    if (rc == CACHE_INV_LIST_PENDING) {
+        ab_puts(b, "{\"pending\": true}\n");
+        return 202;
+    }
+    ab_puts(b, "{\n  \"service\": ");
+    json_string(b, l->service);
+    ab_puts(b, ",\n  \"prefix\": ");
+    json_string(b, l->prefix);
+    ab_printf(b, ",\n  \"truncated\": %s,\n  \"objects\": [", l->truncated ? "true" : "false");
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cache_inv_obj *o = &l->objs[i];
+        ab_puts(b, i > 0 ? ",\n    {\"path\": " : "\n    {\"path\": ");
+        if (o->path != NULL)
+            json_string(b, o->path);
+        else
+            ab_puts(b, "null");
+        ab_printf(b, ", \"bytes\": %llu, \"chunks\": %llu, \"last_ms\": %llu}",
+                  (unsigned long long)o->bytes, (unsigned long long)o->chunks,
+                  (unsigned long long)o->last_ms);
+    }
+    ab_puts(b, l->n > 0 ? "\n  ]\n}\n" : "]\n}\n");
+    return 200;
+}
+
 /* The page's own headers: nothing from elsewhere, never framed (a purge button under another
  * site's page), no Referer with its address. */
 #define ADMIN_PAGE_HEADERS                                                                         \
@@ -430,7 +584,6 @@ static void chart_js_load(void)
         log_info("admin: no chart library (Debian's libjs-chart.js): the dashboard shows tables");
 }
 
-static struct admin_ctx *actx; /* borrows: main's */
 static unsigned n_conns;
 static bool on_loopback; /* admin_listen is a loopback address (fixed for the listener's life) */
 
@@ -694,6 +847,111 @@ static bool admitted(struct admin_conn *c, const char *h, const struct h1_req *r
     return false;
 }
 
+/* The request's query, without its '?'. */
+static void query_of(const char *h, const struct h1_req *req, const char **q, size_t *len)
+{
+    *q = h + req->path.off + req->path_only.len;
+    *len = req->path.len - req->path_only.len;
+    if (*len > 0 && (*q)[0] == '?') {
+        (*q)++;
+        (*len)--;
+    }
+}
+
+/* One query value into a buffer of ADMIN_INV_VALUE_MAX (owned by the caller): 1 found, 0 absent,
+ * -1 bad (then answered 400). */
+static int inv_param(struct admin_conn *c, const struct h1_req *req, const char *q, size_t qlen,
+                     const char *name, char *out)
+{
+    int rc = query_param(q, qlen, name, out, ADMIN_INV_VALUE_MAX);
+    if (rc < 0)
+        respond_text(c, req, 400, NULL, false, "bad ?%s= value\n", name);
+    return rc;
+}
+
+/* The inventory's GETs: /api/inventory and /api/objects. */
+static void handle_inventory(struct admin_conn *c, const char *h, const struct h1_req *req,
+                             bool head)
+{
+    if (actx->cache == NULL) {
+        respond_text(c, req, 503, NULL, head, "no cache\n");
+        return;
+    }
+    const char *q;
+    size_t qlen;
+    query_of(h, req, &q, &qlen);
+    char *service = xmalloc(ADMIN_INV_VALUE_MAX), *prefix = xmalloc(ADMIN_INV_VALUE_MAX);
+    struct abuf body = {NULL, 0, 0};
+    int rs = inv_param(c, req, q, qlen, "service", service), rp = 0;
+    if (rs >= 0 && path_is(h, req, "/api/inventory")) {
+        api_inventory(&body, rs > 0 ? service : NULL);
+        respond(c, req, 200, "application/json", NULL, body.p, body.len, head);
+    } else if (rs >= 0 && (rp = inv_param(c, req, q, qlen, "prefix", prefix)) >= 0) {
+        if (rs == 0 || rp == 0) {
+            respond_text(c, req, 400, NULL, head, "give ?service=S&prefix=P\n");
+        } else {
+            int status = api_objects(&body, service, prefix);
+            respond(c, req, status, "application/json", NULL, body.p, body.len, head);
+        }
+    }
+    ab_free(&body);
+    free(service);
+    free(prefix);
+}
+
+/* POST /api/purge?service=S[&prefix=P | &path=P]: a group, a whole service, or one object. */
+static void handle_api_purge(struct admin_conn *c, const char *h, const struct h1_req *req)
+{
+    if (actx->cache == NULL) {
+        respond_text(c, req, 503, NULL, false, "no cache\n");
+        return;
+    }
+    const char *q;
+    size_t qlen;
+    query_of(h, req, &q, &qlen);
+    char *service = xmalloc(ADMIN_INV_VALUE_MAX), *prefix = xmalloc(ADMIN_INV_VALUE_MAX),
+         *path = xmalloc(ADMIN_INV_VALUE_MAX);
+    int rs = inv_param(c, req, q, qlen, "service", service), rp = 0, ro = 0;
+    if (rs >= 0)
+        rp = inv_param(c, req, q, qlen, "prefix", prefix);
+    if (rs >= 0 && rp >= 0)
+        ro = inv_param(c, req, q, qlen, "path", path);
+    if (rs < 0 || rp < 0 || ro < 0) {
+        /* answered */
+    } else if (rs == 0 || (rp > 0 && ro > 0)) {
+        respond_text(c, req, 400, NULL, false,
+                     "give ?service=S, with &prefix=P for one group or &path=P for one object\n");
+    } else if (ro > 0) {
+        size_t klen;
+        char *key = cache_key_build(service, path, strlen(path), &klen);
+        int n = cache_purge(actx->cache, key, klen);
+        free(key);
+        log_info("admin#%u %s: purge [%s] %s: %d chunks removed", c->id, c->peer, service, path, n);
+        if (n < 0)
+            respond_text(c, req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
+        else
+            respond_text(c, req, 200, "Content-Type: application/json\r\n", false,
+                         "{\"removed\": %d}\n", n);
+    } else {
+        uint64_t chunks = 0;
+        int n = cache_inv_purge(actx->cache, service, rp > 0 ? prefix : NULL, &chunks);
+        log_info("admin#%u %s: purge [%s] %s: %d groups, %llu chunk files%s", c->id, c->peer,
+                 service, rp > 0 ? prefix : "(every group)", n < 0 ? 0 : n,
+                 (unsigned long long)chunks, n == -EBUSY ? " (refused: purges are queued)" : "");
+        if (n == -EBUSY)
+            respond_text(c, req, 503, "Retry-After: 5\r\n", false,
+                         "%u purges are queued: try again when one is done\n", CACHE_INV_PURGES);
+        else if (n == 0)
+            respond_text(c, req, 404, NULL, false, "nothing stored in that group\n");
+        else
+            respond_text(c, req, 202, NULL, false,
+                         "{\"groups\": %d, \"chunks\": %llu}\n", n, (unsigned long long)chunks);
+    }
+    free(service);
+    free(prefix);
+    free(path);
+}
+
 /* Answers the request held in <h> (the input buffer) and parsed into <req>. */
 static void handle_request(struct admin_conn *c, const char *h, const struct h1_req *req)
 {
@@ -704,9 +962,13 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
     bool head = req->method == H1_M_HEAD;
     bool purge = req->method == H1_M_OTHER && req->method_s.len == 5 &&
                  memcmp(h + req->method_s.off, "PURGE", 5) == 0;
+    bool post = req->method == H1_M_OTHER && req->method_s.len == 4 &&
+                memcmp(h + req->method_s.off, "POST", 4) == 0;
     bool api = path_is(h, req, "/api/live") || path_is(h, req, "/api/history");
+    bool inv = path_is(h, req, "/api/inventory") || path_is(h, req, "/api/objects");
+    bool api_purge = path_is(h, req, "/api/purge");
     bool page = path_is(h, req, "/") || path_is(h, req, "/static/chart.js");
-    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status") || api || page;
+    bool known = path_is(h, req, "/metrics") || path_is(h, req, "/status") || api || inv || page;
 
     if (req->method == H1_M_CONNECT)
         c->close_after = true;
@@ -714,6 +976,12 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
         return;
     if (purge) {
         handle_purge(c, h, req);
+    } else if (post && api_purge) {
+        handle_api_purge(c, h, req);
+    } else if (api_purge) {
+        respond_text(c, req, 405, "Allow: POST\r\n", head, "method not allowed: POST only\n");
+    } else if (get && inv) {
+        handle_inventory(c, h, req, head);
     } else if (get && path_is(h, req, "/")) {
         respond(c, req, 200, "text/html; charset=utf-8", ADMIN_PAGE_HEADERS,
                 (const char *)dashboard_html, dashboard_html_len, head);

@@ -1017,7 +1017,8 @@ static void on_store_done(struct iojob *j)
         g_stats.cache_disk_writes++;
         /* What we just wrote needs no verification on its first read. */
         if (sj->have_sb) {
-            diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sj->sb), util_wall_ms());
+            diskidx_add(c->didx, ck->obj, ck->index, diskidx_file_bytes(&sj->sb), util_wall_ms(),
+                        cache_inv_group(c, ck->key, ck->key_len));
             verified_mark(c, ck->obj, ck->index, &sj->sb);
         }
     } else if (sj->rc != 0 && sj->rc != -ECANCELED) {
@@ -1589,6 +1590,12 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
     anstore_drop(c->answers, key, key_len); /* (not counted: it is no chunk) */
+    return cache_purge_obj(c, obj);
+}
+
+int cache_purge_obj(struct cache *c, const uint8_t obj[16])
+{
+    CHECK_OBJ(c, CACHE_MAGIC);
     int removed = 0;
     /* Memory: every index up to the length known for the object. Sealed chunks also have a
      * file (counted below); chunks still filling are counted here. */
@@ -1842,6 +1849,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
                      "place only",
                      strerror(errno));
     }
+    cache_inv_start(c);
     return c;
 }
 
@@ -1868,6 +1876,7 @@ void cache_free(struct cache **cp)
     iopool_free(&c->lc_io);
     cache_lc_fini_queue(c);
     iopool_free(&c->io);
+    cache_inv_free(c);
     pthread_mutex_destroy(&c->disk_mu);
     for (size_t b = 0; b < c->n_buckets; b++)
         while (c->buckets[b] != NULL)

@@ -180,6 +180,7 @@ void cache_lc_fini(struct lc_query *q);
 /* ---- the cache object (cache.c; cache_lancache.c uses it too) ---- */
 
 struct lc_pending;
+struct cache_inv;
 struct anstore;
 struct diskidx;
 struct iopool;
@@ -264,7 +265,17 @@ struct cache {
     uint64_t *lc_set; /* owns, CACHE_LC_SET: (obj, index) hashes of the queued ones, 0 empty */
     struct lc_batch *lc_batch; /* the batch on lc_io (owned by the pool until done), or NULL */
     atomic_bool lc_stop;       /* cache_free(): the mover leaves its batch at the next file */
+    struct cache_inv *inv;     /* owns: the inventory's reads, listings and purges */
 };
+
+/* Every chunk of object <obj>, in memory and on disk, as cache_purge() removes them (cache.c).
+ * Returns how many, or -errno. */
+int cache_purge_obj(struct cache *c, const uint8_t obj[16]);
+/* The inventory (cache_inventory.c): the group id of key <key> for diskidx_add (made when new);
+ * the start (after the disk index and the I/O pool) and the end (after the I/O pool is freed). */
+uint32_t cache_inv_group(struct cache *c, const char *key, size_t key_len);
+void cache_inv_start(struct cache *c);
+void cache_inv_free(struct cache *c);
 
 /* The remembered version of object <obj> (cache.c): found (a lookup, it becomes the most recent
  * of its set), or NULL. */

@@ -563,7 +563,8 @@ static void on_lc_batch_done(struct iojob *j)
                     g_stats.cache_purged++;
                 continue;
             }
-            diskidx_add(c->didx, p->obj, p->first + i, p->bytes[i], now);
+            diskidx_add(c->didx, p->obj, p->first + i, p->bytes[i], now,
+                        cache_inv_group(c, p->key, p->key_len));
             g_stats.lancache_migrated++;
             g_stats.cache_disk_writes++;
         }

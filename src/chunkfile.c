@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -378,6 +379,52 @@ int chunkfile_read_verify(int dirfd, const char *path, const char *expect_key, s
         return errno == ELOOP ? -EBADMSG : -errno; /* a symlink is no file of ours */
     int rc = read_verify_fd(fd, expect_key, key_len, expect_chunk_size, expect_index, info,
                             body_out, body_cap, body_len, body_offset);
+    (void)close(fd);
+    return rc;
+}
+
+int chunkfile_read_key(const char *path, char *key_out, size_t cap, size_t *key_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOATIME);
+    if (fd < 0 && errno == EPERM) /* O_NOATIME needs the file's owner */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ELOOP ? -EBADMSG : -errno;
+    size_t have = 0, want = 4096;
+    uint8_t *buf = NULL;
+    int rc;
+    for (;;) {
+        buf = xrealloc(buf, want);
+        ssize_t n;
+        do {
+            n = pread(fd, buf + have, want - have, (off_t)have);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        have += (size_t)n;
+        struct chunkfile_meta m;
+        uint64_t body_hash;
+        size_t hdr_len;
+        rc = chunkfile_header_parse(buf, have, &m, &body_hash, &hdr_len);
+        if (rc == 0) {
+            if (m.key_len >= cap) {
+                rc = -ENOBUFS;
+            } else {
+                memcpy(key_out, m.key, m.key_len);
+                key_out[m.key_len] = '\0';
+                *key_len = m.key_len;
+            }
+            break;
+        }
+        if (rc != -EAGAIN || n == 0 || hdr_len <= have || hdr_len > CHUNKFILE_HDR_MAX) {
+            rc = -EBADMSG; /* short, or not a header */
+            break;
+        }
+        want = hdr_len;
+    }
+    free(buf);
     (void)close(fd);
     return rc;
 }

@@ -35,6 +35,7 @@
 #include <ev.h>
 
 #include "chunkfile.h"
+#include "inventory.h"
 #include "log.h"
 #include "util.h"
 
@@ -43,8 +44,13 @@
 #define DISKIDX_PAGE (1u << DISKIDX_PAGE_SHIFT)
 #define DISKIDX_POS_BITS 28u
 #define DISKIDX_POS_MAX ((1u << DISKIDX_POS_BITS) - 1u) /* entries per shard */
-#define DISKIDX_UNITS_BITS 22u
-#define DISKIDX_UNITS_MAX ((1ull << DISKIDX_UNITS_BITS) - 1u)         /* 2 GiB per file */
+#define DISKIDX_UNITS_BITS 22u /* of which the low 18 count, the high 4 hold group bits */
+#define DISKIDX_UNITS_USED 18u
+#define DISKIDX_UNITS_MAX ((1ull << DISKIDX_UNITS_USED) - 1u) /* 128 MiB per file */
+#define DISKIDX_GLO_SHIFT DISKIDX_UNITS_USED                  /* group bits 0..3 in meta */
+#define DISKIDX_GLO_MASK (15ull << DISKIDX_GLO_SHIFT)
+#define DISKIDX_INDEX_BITS 52u /* group bits 4..15 above them in index */
+#define DISKIDX_INDEX_MASK DISKIDX_INDEX_MAX
 #define DISKIDX_STAMP_MAX ((1ull << (64u - DISKIDX_UNITS_BITS)) - 1u) /* ms: year 2109 */
 #define DISKIDX_BUCKETS_MIN 1024u
 #define DISKIDX_SAMPLES 16u
@@ -60,10 +66,13 @@
 #define DISKIDX_IDLE_MS 10000u   /* ... without adds */
 #define DISKIDX_LOG_GAP_MS 10000u
 
+/* A chunk file. Its inventory group (16 bits) is kept in bits the other fields never use: the
+ * chunk index is below 2^52 (an object of at most 2^64 bytes in chunks of at least 4 KiB), a
+ * file takes under 2^18 units (chunks are at most 64 MiB and a header). */
 struct dentry {
     uint8_t obj[16];
-    uint64_t index;
-    uint64_t meta; /* last use ms << DISKIDX_UNITS_BITS | 512-byte units */
+    uint64_t index; /* group bits 4..15 << 52 | chunk index */
+    uint64_t meta;  /* last use ms << 22 | group bits 0..3 << 18 | 512-byte units */
 };
 
 /* Entries and their hash chain links, side by side (no padding). */
@@ -138,6 +147,7 @@ struct diskidx {
     uint64_t err_quiet; /* errors not logged since the last line */
     bool err_logged;
     bool full_logged;
+    struct inventory *inv; /* owns: totals per group of the entries */
     struct scan scan;
     bool scanning; /* the scan watchers are started */
     bool kicked;   /* tick armed at DISKIDX_SOON */
@@ -173,11 +183,30 @@ static uint64_t units_of(const struct dentry *e)
     return e->meta & DISKIDX_UNITS_MAX;
 }
 
-static uint64_t pack(uint64_t stamp_ms, uint64_t units)
+static uint64_t index_of(const struct dentry *e)
+{
+    return e->index & DISKIDX_INDEX_MASK;
+}
+
+static uint32_t group_of(const struct dentry *e)
+{
+    return (uint32_t)(e->index >> DISKIDX_INDEX_BITS) << 4 |
+           (uint32_t)((e->meta & DISKIDX_GLO_MASK) >> DISKIDX_GLO_SHIFT);
+}
+
+static void set_group(struct dentry *e, uint32_t group)
+{
+    ASSERT(group < INV_GROUPS_MAX);
+    e->index = index_of(e) | (uint64_t)(group >> 4) << DISKIDX_INDEX_BITS;
+    e->meta = (e->meta & ~DISKIDX_GLO_MASK) | (uint64_t)(group & 15u) << DISKIDX_GLO_SHIFT;
+}
+
+/* The meta of a last use at <stamp_ms> and <units>, keeping the group bits of <old>. */
+static uint64_t pack(uint64_t stamp_ms, uint64_t units, uint64_t old)
 {
     if (stamp_ms > DISKIDX_STAMP_MAX)
         stamp_ms = DISKIDX_STAMP_MAX;
-    return stamp_ms << DISKIDX_UNITS_BITS | units;
+    return stamp_ms << DISKIDX_UNITS_BITS | (old & DISKIDX_GLO_MASK) | units;
 }
 
 static uint64_t to_units(uint64_t bytes)
@@ -338,7 +367,7 @@ static bool find(struct diskidx *d, unsigned shard, const uint8_t obj[16], uint6
         if (val_shard(v) != shard)
             continue;
         const struct dentry *e = entry_at(d, shard, val_pos(v));
-        if (e->index == index && memcmp(e->obj, obj, 16) == 0) {
+        if (index_of(e) == index && memcmp(e->obj, obj, 16) == 0) {
             *link = at;
             return true;
         }
@@ -351,7 +380,7 @@ static uint32_t *link_of(struct diskidx *d, uint32_t v)
 {
     const struct dentry *e = entry_at(d, val_shard(v), val_pos(v));
     uint32_t *link;
-    bool found = find(d, val_shard(v), e->obj, e->index, &link);
+    bool found = find(d, val_shard(v), e->obj, index_of(e), &link);
     ASSERT(found && *link == v);
     return link;
 }
@@ -372,7 +401,7 @@ static void split_one(struct diskidx *d)
         uint32_t *nx = next_of(d, v);
         uint32_t after = *nx;
         const struct dentry *e = entry_at(d, val_shard(v), val_pos(v));
-        size_t b = (size_t)key_hash(val_shard(v), e->obj, e->index) & (2 * d->level_mask + 1);
+        size_t b = (size_t)key_hash(val_shard(v), e->obj, index_of(e)) & (2 * d->level_mask + 1);
         ASSERT(b == lo || b == hi);
         *nx = d->heads[b];
         d->heads[b] = v;
@@ -386,8 +415,9 @@ static void split_one(struct diskidx *d)
 
 /* Inserts a new entry (the key must be absent). Returns false when the shard is full. */
 static bool entry_insert(struct diskidx *d, unsigned shard, const uint8_t obj[16], uint64_t index,
-                         uint64_t meta)
+                         uint64_t meta, uint32_t group)
 {
+    ASSERT(index <= DISKIDX_INDEX_MASK);
     struct shard *sh = &d->shards[shard];
     if (sh->n >= DISKIDX_POS_MAX - 1u) {
         if (!d->full_logged)
@@ -414,6 +444,8 @@ static bool entry_insert(struct diskidx *d, unsigned shard, const uint8_t obj[16
     memcpy(e->obj, obj, 16);
     e->index = index;
     e->meta = meta;
+    set_group(e, group);
+    inv_add(d->inv, group, units_of(e) * 512u, stamp_of(e));
     uint32_t v = val_of(shard, pos);
     *next_of(d, v) = *head;
     *head = v;
@@ -432,6 +464,7 @@ static void entry_delete(struct diskidx *d, unsigned shard, uint32_t pos, uint32
     uint32_t v = val_of(shard, pos);
     ASSERT(*link == v);
     d->units -= units_of(e);
+    inv_sub(d->inv, group_of(e), units_of(e) * 512u);
     *link = *next_of(d, v);
     uint32_t last = sh->n - 1;
     if (pos != last) {
@@ -522,10 +555,10 @@ static void evict_entry(struct diskidx *d, unsigned shard, uint32_t pos, bool ex
     const struct dentry *e = entry_at(d, shard, pos);
     uint64_t bytes = units_of(e) * 512u;
     uint32_t *link;
-    bool found = find(d, shard, e->obj, e->index, &link);
+    bool found = find(d, shard, e->obj, index_of(e), &link);
     ASSERT(found);
     char path[PATH_MAX];
-    if (entry_path(d, path, sizeof(path), shard, e->obj, e->index) < 0) {
+    if (entry_path(d, path, sizeof(path), shard, e->obj, index_of(e)) < 0) {
         report(d, "cannot evict", d->shards[shard].dir, ENAMETOOLONG);
     } else if (unlink(path) == 0) {
         d->st.evictions++;
@@ -552,7 +585,7 @@ static void pool_offer(struct pool *p, unsigned shard, const struct dentry *e)
 {
     uint64_t stamp = stamp_of(e);
     for (size_t i = 0; i < p->n; i++)
-        if (p->c[i].shard == shard && p->c[i].index == e->index &&
+        if (p->c[i].shard == shard && p->c[i].index == index_of(e) &&
             memcmp(p->c[i].obj, e->obj, 16) == 0)
             return;
     size_t at = 0;
@@ -564,7 +597,7 @@ static void pool_offer(struct pool *p, unsigned shard, const struct dentry *e)
     memmove(&p->c[at + 1], &p->c[at], (n - at) * sizeof(p->c[0]));
     struct cand *c = &p->c[at];
     memcpy(c->obj, e->obj, 16);
-    c->index = e->index;
+    c->index = index_of(e);
     c->stamp = stamp;
     c->shard = shard;
     if (p->n < DISKIDX_POOL)
@@ -749,7 +782,7 @@ static unsigned shard_of(const struct diskidx *d, const uint8_t obj[16])
 }
 
 void diskidx_add(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint64_t bytes,
-                 uint64_t now_ms)
+                 uint64_t now_ms, uint32_t group)
 {
     CHECK_OBJ(d, DISKIDX_MAGIC);
     unsigned s = shard_of(d, obj);
@@ -760,9 +793,13 @@ void diskidx_add(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint6
         uint64_t stamp = stamp_of(e) > now_ms ? stamp_of(e) : now_ms;
         fs_gain(d, s, units_of(e) * 512u); /* the file it replaced */
         d->units -= units_of(e);
-        e->meta = pack(stamp, units);
+        /* The new group counts it first: the old one may be freed, never the new one. */
+        inv_add(d->inv, group, units * 512u, stamp);
+        inv_sub(d->inv, group_of(e), units_of(e) * 512u);
+        e->meta = pack(stamp, units, 0);
+        set_group(e, group);
         d->units += units;
-    } else if (!entry_insert(d, s, obj, index, pack(now_ms, units))) {
+    } else if (!entry_insert(d, s, obj, index, pack(now_ms, units, 0), group)) {
         return;
     }
     fs_spend(d, s, units * 512u);
@@ -802,7 +839,8 @@ void diskidx_touch(struct diskidx *d, const uint8_t obj[16], uint64_t index, uin
     uint64_t old = stamp_of(e);
     if (now_ms <= old)
         return;
-    e->meta = pack(now_ms, units_of(e));
+    e->meta = pack(now_ms, units_of(e), e->meta);
+    inv_use(d->inv, group_of(e), now_ms);
     /* The file's mtime is at least the start of the hour of its stamp (set by the write, the
      * scan, or the last touch that crossed an hour): keep it so. */
     if (now_ms / DISKIDX_PERSIST_MS == old / DISKIDX_PERSIST_MS)
@@ -838,6 +876,71 @@ void diskidx_get_stats(const struct diskidx *d, struct diskidx_stats *out)
     *out = d->st;
     out->bytes = bytes_of(d);
     out->chunks = d->used;
+}
+
+void diskidx_regroup(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint32_t from,
+                     uint32_t group)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    unsigned s = shard_of(d, obj);
+    uint32_t *link;
+    if (!find(d, s, obj, index, &link))
+        return;
+    struct dentry *e = entry_at(d, s, val_pos(*link));
+    uint32_t old = group_of(e);
+    if (old != from || old == group)
+        return; /* stored anew since (its group is known) */
+    /* Added to the new group first: the old one may be freed, never the new one. */
+    inv_add(d->inv, group, units_of(e) * 512u, stamp_of(e));
+    set_group(e, group);
+    inv_sub(d->inv, old, units_of(e) * 512u);
+}
+
+bool diskidx_walk(struct diskidx *d, uint64_t *cursor, size_t max, diskidx_entry_fn *fn, void *arg)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    unsigned s = (unsigned)(*cursor >> 32);
+    uint32_t pos = (uint32_t)*cursor;
+    for (size_t seen = 0; s < d->n_shards; s++, pos = 0) {
+        for (; pos < d->shards[s].n; pos++) {
+            if (seen++ == max) {
+                *cursor = (uint64_t)s << 32 | pos;
+                return false;
+            }
+            const struct dentry *e = entry_at(d, s, pos);
+            struct diskidx_entry de = {.index = index_of(e),
+                                       .bytes = units_of(e) * 512u,
+                                       .last_ms = stamp_of(e),
+                                       .group = group_of(e),
+                                       .shard = s};
+            memcpy(de.obj, e->obj, 16);
+            if (!fn(&de, arg)) {
+                *cursor = (uint64_t)s << 32 | (pos + 1u);
+                return false;
+            }
+        }
+    }
+    *cursor = 0;
+    return true;
+}
+
+struct inventory *diskidx_inventory(struct diskidx *d)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    return d->inv;
+}
+
+size_t diskidx_memory(const struct diskidx *d)
+{
+    CHECK_OBJ(d, DISKIDX_MAGIC);
+    size_t n = sizeof(*d) + d->n_heads * sizeof(*d->heads) + inv_memory(d->inv);
+    for (unsigned s = 0; s < d->n_shards; s++) {
+        const struct shard *sh = &d->shards[s];
+        n += sh->n_pages * sizeof(*sh->pages);
+        for (size_t p = 0; p < sh->n_pages; p++)
+            n += sh->pages[p] != NULL ? sizeof(struct page) : 0;
+    }
+    return n;
 }
 
 /* ---- the start-up scan --------------------------------------------------------------------- */
@@ -885,7 +988,8 @@ static void scan_file(struct diskidx *d, DIR *dir, const char *name, uint64_t no
     uint64_t index;
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
         return;
-    if (diskidx_parse_name(name, obj, &index) < 0 || obj[0] != sc->ab || obj[1] != sc->cd) {
+    if (diskidx_parse_name(name, obj, &index) < 0 || obj[0] != sc->ab || obj[1] != sc->cd ||
+        index > DISKIDX_INDEX_MASK) {
         d->st.skipped_files++;
         return;
     }
@@ -912,7 +1016,7 @@ static void scan_file(struct diskidx *d, DIR *dir, const char *name, uint64_t no
     if (mtime > now_ms)
         mtime = now_ms;
     uint64_t units = to_units(diskidx_file_bytes(&sb));
-    if (entry_insert(d, s, obj, index, pack(mtime, units)))
+    if (entry_insert(d, s, obj, index, pack(mtime, units, 0), INV_UNREAD))
         kick(d, s);
 }
 
@@ -1032,6 +1136,7 @@ struct diskidx *diskidx_new(struct ev_loop *loop, char *const *dirs, size_t n_di
     d->level_mask = DISKIDX_BUCKETS_MIN - 1;
     d->n_heads = 2 * DISKIDX_BUCKETS_MIN;
     d->heads = xcalloc(d->n_heads, sizeof(*d->heads));
+    d->inv = inv_new();
     for (unsigned s = 0; s < n_dirs; s++) {
         d->shards[s].dir = xstrdup(dirs[s]);
         /* Shards on one filesystem share its free space (a dir that cannot be stat()ed gets
@@ -1095,6 +1200,7 @@ void diskidx_free(struct diskidx **dp)
         free(sh->dir);
     }
     free(d->heads);
+    inv_free(&d->inv);
     d->magic = 0;
     free(d);
     *dp = NULL;

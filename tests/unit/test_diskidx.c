@@ -323,14 +323,14 @@ static void test_diskidx_add_touch_remove_accounting(void **state)
     obj_of(1, a);
     obj_of(2, b);
     b[0] = 1; /* the other shard */
-    diskidx_add(d, a, 0, 4096, T0);
-    diskidx_add(d, a, 1, 1000, T0); /* rounded up to 512-byte units: 1024 */
-    diskidx_add(d, b, 0, 512, T0);
+    diskidx_add(d, a, 0, 4096, T0, 0);
+    diskidx_add(d, a, 1, 1000, T0, 0); /* rounded up to 512-byte units: 1024 */
+    diskidx_add(d, b, 0, 512, T0, 0);
     st = stats_of(d);
     assert_int_equal(st.chunks, 3);
     assert_int_equal(st.bytes, 4096 + 1024 + 512);
     /* Re-adding a chunk replaces it. */
-    diskidx_add(d, a, 1, 8192, T0 + 1);
+    diskidx_add(d, a, 1, 8192, T0 + 1, 0);
     st = stats_of(d);
     assert_int_equal(st.chunks, 3);
     assert_int_equal(st.bytes, 4096 + 8192 + 512);
@@ -376,13 +376,13 @@ static void test_diskidx_evict_lru_order(void **state)
     uint64_t fb = bytes[0];
     /* Room for three and a half files; 95% of it holds three. */
     struct diskidx *d = diskidx_new(NULL, dirs, 1, fb * 7 / 2, 0, 0);
-    diskidx_add(d, o[0], 0, bytes[0], T0 + 1000); /* a */
-    diskidx_add(d, o[1], 1, bytes[1], T0 + 2000); /* b */
-    diskidx_add(d, o[2], 2, bytes[2], T0 + 3000); /* c */
+    diskidx_add(d, o[0], 0, bytes[0], T0 + 1000, 0); /* a */
+    diskidx_add(d, o[1], 1, bytes[1], T0 + 2000, 0); /* b */
+    diskidx_add(d, o[2], 2, bytes[2], T0 + 3000, 0); /* c */
     diskidx_touch(d, o[0], 0, T0 + 4000);         /* a is now the most recent */
     assert_false(diskidx_evict(d, T0 + 4000));    /* within limits */
     assert_int_equal(stats_of(d).evictions, 0);
-    diskidx_add(d, o[3], 3, bytes[3], T0 + 5000); /* d: over disk_size */
+    diskidx_add(d, o[3], 3, bytes[3], T0 + 5000, 0); /* d: over disk_size */
     evict_all(d, T0 + 5000);
     assert_int_equal(stats_of(d).evictions, 1);
     assert_false(chunk_exists(t.dirs[0], o[1], 1)); /* b, the least recently used */
@@ -391,7 +391,7 @@ static void test_diskidx_evict_lru_order(void **state)
     assert_true(chunk_exists(t.dirs[0], o[3], 3));
     assert_int_equal(stats_of(d).chunks, 3);
     assert_int_equal(stats_of(d).bytes, 3 * fb);
-    diskidx_add(d, o[4], 4, bytes[4], T0 + 6000); /* e */
+    diskidx_add(d, o[4], 4, bytes[4], T0 + 6000, 0); /* e */
     evict_all(d, T0 + 6000);
     assert_int_equal(stats_of(d).evictions, 2);
     assert_false(chunk_exists(t.dirs[0], o[2], 2)); /* then c */
@@ -401,7 +401,7 @@ static void test_diskidx_evict_lru_order(void **state)
     chunk_path(t.dirs[0], o[0], 0, p, sizeof(p));
     assert_int_equal(unlink(p), 0);
     make_chunk(t.dirs[0], o[1], 1, 4096, T0);
-    diskidx_add(d, o[1], 1, bytes[1], T0 + 7000); /* b again */
+    diskidx_add(d, o[1], 1, bytes[1], T0 + 7000, 0); /* b again */
     evict_all(d, T0 + 7000);
     assert_int_equal(stats_of(d).evictions, 2); /* a (missing) was the victim */
     assert_true(chunk_exists(t.dirs[0], o[1], 1));
@@ -422,7 +422,7 @@ static void test_diskidx_evict_max_age(void **state)
     for (unsigned i = 0; i < 6; i++) {
         obj_of(20 + i, o[i]);
         uint64_t b = make_chunk(t.dirs[0], o[i], 0, 1000, T0);
-        diskidx_add(d, o[i], 0, b, T0 + i * HOUR); /* used at T0 + 0h..5h */
+        diskidx_add(d, o[i], 0, b, T0 + i * HOUR, 0); /* used at T0 + 0h..5h */
     }
     evict_all(d, T0 + 10 * HOUR);
     assert_int_equal(stats_of(d).evictions, 0); /* 10 h is not older than max_age */
@@ -456,7 +456,7 @@ static void test_diskidx_evict_min_free(void **state)
     for (unsigned i = 0; i < 40; i++) {
         obj_of(100 + i, o[i]);
         make_chunk(t.dirs[0], o[i], 0, 10, T0);
-        diskidx_add(d, o[i], 0, 65536, T0 + i); /* accounted as 64 KiB each */
+        diskidx_add(d, o[i], 0, 65536, T0 + i, 0); /* accounted as 64 KiB each */
     }
     g_statvfs_calls = 0;
     evict_all(d, T0 + 100);
@@ -466,7 +466,7 @@ static void test_diskidx_evict_min_free(void **state)
     uint8_t last[16];
     obj_of(99, last);
     make_chunk(t.dirs[0], last, 0, 10, T0);
-    diskidx_add(d, last, 0, 65536, T0 + 150);
+    diskidx_add(d, last, 0, 65536, T0 + 150, 0);
     g_fs_avail = 512u << 10;
     evict_all(d, T0 + 200);
     assert_int_equal(g_statvfs_calls, 1); /* after adds, the period is 1 s */
@@ -502,7 +502,7 @@ static void test_diskidx_touch_writes_mtime_once_per_hour(void **state)
     obj_of(30, o);
     const uint64_t h0 = T0 / HOUR * HOUR; /* the start of an hour */
     uint64_t b = make_chunk(t.dirs[0], o, 2, 100, h0 + 1000);
-    diskidx_add(d, o, 2, b, h0 + 1000);
+    diskidx_add(d, o, 2, b, h0 + 1000, 0);
     diskidx_touch(d, o, 2, h0 + 20 * 60000); /* same hour: no write */
     assert_int_equal(chunk_mtime_ms(t.dirs[0], o, 2), h0 + 1000);
     diskidx_touch(d, o, 2, h0 + HOUR + 5); /* the next hour */
@@ -639,7 +639,7 @@ static void test_diskidx_scan_adds_during_scan_not_double_counted(void **state)
     uint64_t want_bytes = 0, want = 0;
     for (unsigned i = 0; i < N; i++) {
         if (i % 10 == 0) {
-            diskidx_add(d, o[i], i % 3, 8192, now); /* rewritten, now bigger */
+            diskidx_add(d, o[i], i % 3, 8192, now, 0); /* rewritten, now bigger */
             want_bytes += 8192;
         } else if (i % 10 == 1) {
             char p[256];
@@ -659,7 +659,7 @@ static void test_diskidx_scan_adds_during_scan_not_double_counted(void **state)
     /* While it runs: every remaining chunk is added again (some seen, some not yet). */
     for (unsigned i = 0; i < N; i++)
         if (i % 10 == 2)
-            diskidx_add(d, o[i], i % 3, bytes[i], now);
+            diskidx_add(d, o[i], i % 3, bytes[i], now, 0);
     run_until_scanned(loop, d);
     struct diskidx_stats st = stats_of(d);
     assert_int_equal(st.chunks, want);
@@ -669,7 +669,7 @@ static void test_diskidx_scan_adds_during_scan_not_double_counted(void **state)
     /* Once done, re-adding changes nothing either. */
     for (unsigned i = 0; i < N; i++)
         if (i % 10 == 3)
-            diskidx_add(d, o[i], i % 3, bytes[i], now);
+            diskidx_add(d, o[i], i % 3, bytes[i], now, 0);
     assert_int_equal(stats_of(d).chunks, want);
     assert_int_equal(stats_of(d).bytes, want_bytes);
     diskidx_free(&d);
@@ -745,7 +745,7 @@ static void test_diskidx_evict_10k_entries_sampled_lru(void **state)
     }
     struct diskidx *d = diskidx_new(NULL, dirs, 2, (uint64_t)N * FB, 0, 0);
     for (unsigned k = 0; k < N; k++)
-        diskidx_add(d, o[order[k]], 0, FB, T0 + order[k] * 1000ull);
+        diskidx_add(d, o[order[k]], 0, FB, T0 + order[k] * 1000ull, 0);
     assert_int_equal(stats_of(d).chunks, N);
     /* 500 of the oldest half are used again: they must survive. */
     for (unsigned k = 0; k < 500; k++) {
@@ -756,7 +756,7 @@ static void test_diskidx_evict_10k_entries_sampled_lru(void **state)
     /* Over the limit by one: evicts down to 95%, 501 entries. */
     uint8_t extra[16];
     obj_of(99999, extra);
-    diskidx_add(d, extra, 0, FB, T0 + 2 * N * 1000ull);
+    diskidx_add(d, extra, 0, FB, T0 + 2 * N * 1000ull, 0);
     evict_all(d, T0 + 2 * N * 1000ull);
     struct diskidx_stats st = stats_of(d);
     assert_true(st.bytes <= (uint64_t)N * FB * 95 / 100);
@@ -806,7 +806,7 @@ static void test_diskidx_add_remove_random_matches_model(void **state)
         uint64_t index = k % 4;
         if ((x >> 20) % 3 != 0) {
             uint64_t b = 512 * (1 + (x >> 40) % 64);
-            diskidx_add(d, o, index, b, T0 + op);
+            diskidx_add(d, o, index, b, T0 + op, 0);
             if (model[k] != 0)
                 bytes -= model[k] - 1;
             else
