@@ -47,6 +47,8 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
 .SECONDARY:
 
@@ -92,7 +94,12 @@ $(BUILD)/bench/%: bench/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< -lev $(LDFLAGS_ALL) -lm
 
-test-bins: $(BUILD)/cacheparty $(UNIT_BIN) $(BENCH_BIN)
+# Test helpers built on the library (tests/tools: plant writes chunk files for it/b26_bounds).
+$(BUILD)/tests/tools/%: tests/tools/%.c $(BUILD)/libcacheparty.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< $(BUILD)/libcacheparty.a $(LDFLAGS_ALL) $(LIBS_ALL)
+
+test-bins: $(BUILD)/cacheparty $(UNIT_BIN) $(BENCH_BIN) $(TOOL_BIN)
 
 # Installs whatever Debian package is missing (through sudo when not root); silent when all present.
 deps:
@@ -158,7 +165,7 @@ check-layers:
 	@$(PYTHON) tests/check_layers.py $(foreach e,$(LAYERS_ALLOW),--allow '$(e)')
 
 # Formatting follows the checked-in .clang-format.
-FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c bench/*.c bench/*.h)
+FORMAT_SRC = $(wildcard src/*.c src/*.h include/*.h tests/unit/*.c tests/tools/*.c bench/*.c bench/*.h)
 check-format:
 	@clang-format --dry-run --Werror $(FORMAT_SRC) || \
 	    { echo "formatting differs from .clang-format: run clang-format -i on the files above"; exit 1; }
@@ -192,4 +199,4 @@ clean:
 # Long-run targets (fuzz, soak, cross) and their extra dependencies live in mk/*.mk.
 include $(wildcard mk/*.mk)
 
--include $(OBJS:.o=.d) $(UNIT_BIN:%=%.d) $(BENCH_BIN:%=%.d)
+-include $(OBJS:.o=.d) $(UNIT_BIN:%=%.d) $(BENCH_BIN:%=%.d) $(TOOL_BIN:%=%.d)

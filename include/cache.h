@@ -379,6 +379,8 @@ struct cache_stats {
     uint64_t io_pending;            /* disk jobs queued or running */
     uint64_t disk_bytes, disk_chunks, disk_evictions; /* from the disk index (diskidx) */
     bool disk_scan_done;
+    uint64_t mem_limit, disk_limit;    /* memory_size, disk_size (0: none) */
+    uint64_t disk_free, disk_fs_bytes; /* the cache dirs' filesystems: free, whole (0: unknown) */
 };
 void cache_get_stats(const struct cache *c, struct cache_stats *out);
 unsigned cache_live_chunks(void);

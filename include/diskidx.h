@@ -150,6 +150,10 @@ struct diskidx_stats {
     uint64_t skipped_files; /* files in ab/cd/ dirs that are not chunk files at their own path */
     uint64_t errors; /* failed opendir/stat/unlink/utimensat/statvfs (logged, rate-limited) */
     bool scan_done;
+    uint64_t disk_size;        /* the limit (0: none) */
+    uint64_t fs_free, fs_size; /* free (f_bavail) and whole bytes of the dirs' filesystems, each
+                                * once, as last measured (statvfs every 1-10 s) */
+    unsigned fs_known;         /* filesystems measured */
 };
 void diskidx_get_stats(const struct diskidx *d, struct diskidx_stats *out);
 

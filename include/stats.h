@@ -153,6 +153,11 @@
       "bytes of chunk files (from the disk index)")                                                \
     X(cache_mem_chunks, gauge, "cache_chunks", "memory", "chunks in memory")                       \
     X(cache_disk_chunks, gauge, "cache_chunks", "disk", "chunk files (from the disk index)")       \
+    X(cache_mem_limit, gauge, "cache_limit_bytes", "memory", "memory_size")                        \
+    X(cache_disk_limit, gauge, "cache_limit_bytes", "disk", "disk_size (0: none)")                 \
+    X(cache_disk_free, gauge, "cache_disk_free_bytes", NULL,                                       \
+      "free bytes of the cache dirs' filesystems")                                                 \
+    X(cache_disk_fs, gauge, "cache_disk_fs_bytes", NULL, "size of the cache dirs' filesystems")    \
     X(cache_io_pending, gauge, "cache_disk_io_pending", NULL, "disk jobs queued or running")       \
     X(cache_dirs_down, gauge, "cache_dirs_down", NULL,                                             \
       "cache dirs in pass-through after a disk error")                                             \
@@ -232,6 +237,11 @@
     F(cache_hits_total, counter, "tier", FIELDS, "chunk lookups answered from the cache, by tier") \
     F(cache_misses_total, counter, NULL, FIELDS, "chunk lookups that started a fetch")             \
     F(cache_disk_writes_total, counter, NULL, FIELDS, "chunk files written")                       \
+    F(cache_limit_bytes, gauge, "tier", FIELDS,                                                    \
+      "the configured limit by tier: memory_size, disk_size (0: none)")                            \
+    F(cache_disk_free_bytes, gauge, NULL, FIELDS,                                                  \
+      "free bytes on the cache dirs' filesystems (each once; statvfs, every 1-10 s)")              \
+    F(cache_disk_fs_bytes, gauge, NULL, FIELDS, "size of the cache dirs' filesystems (each once)") \
     F(cache_disk_io_pending, gauge, NULL, FIELDS,                                                  \
       "chunk file reads and writes queued or running on the I/O threads")                          \
     F(cache_dirs_down, gauge, NULL, FIELDS,                                                        \

@@ -386,7 +386,7 @@ static void api_history(struct abuf *b)
 
 static struct admin_ctx *actx; /* borrows: main's */
 
-#define ADMIN_INV_GROUPS 500  /* groups an answer lists (the largest; ?service= narrows them) */
+#define ADMIN_INV_GROUPS 500 /* groups an answer lists (the largest; ?service= narrows them) */
 #define ADMIN_INV_SERVICES 200
 #define ADMIN_INV_VALUE_MAX (CHUNKFILE_KEY_MAX + 1) /* a query value: a path or prefix */
 
@@ -671,6 +671,21 @@ static void respond_text(struct admin_conn *c, const struct h1_req *req, int sta
     respond(c, req, status, "text/plain; charset=utf-8", extra, body, len, head_only);
 }
 
+/* A short JSON answer (a POST's: never to a HEAD). */
+static void respond_json(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void respond_json(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *fmt, ...)
+{
+    char body[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(body, sizeof(body), fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
+    respond(c, req, status, "application/json", NULL, body, len, false);
+}
+
 static int hexval(char ch)
 {
     if (ch >= '0' && ch <= '9')
@@ -930,8 +945,7 @@ static void handle_api_purge(struct admin_conn *c, const char *h, const struct h
         if (n < 0)
             respond_text(c, req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
         else
-            respond_text(c, req, 200, "Content-Type: application/json\r\n", false,
-                         "{\"removed\": %d}\n", n);
+            respond_json(c, req, 200, "{\"removed\": %d}\n", n);
     } else {
         uint64_t chunks = 0;
         int n = cache_inv_purge(actx->cache, service, rp > 0 ? prefix : NULL, &chunks);
@@ -944,8 +958,8 @@ static void handle_api_purge(struct admin_conn *c, const char *h, const struct h
         else if (n == 0)
             respond_text(c, req, 404, NULL, false, "nothing stored in that group\n");
         else
-            respond_text(c, req, 202, NULL, false,
-                         "{\"groups\": %d, \"chunks\": %llu}\n", n, (unsigned long long)chunks);
+            respond_json(c, req, 202, "{\"groups\": %d, \"chunks\": %llu}\n", n,
+                         (unsigned long long)chunks);
     }
     free(service);
     free(prefix);

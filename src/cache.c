@@ -1590,7 +1590,10 @@ int cache_purge(struct cache *c, const char *key, size_t key_len)
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
     anstore_drop(c->answers, key, key_len); /* (not counted: it is no chunk) */
-    return cache_purge_obj(c, obj);
+    int removed = cache_purge_obj(c, obj);
+    if (removed > 0)
+        cache_inv_listing_void(c); /* it may show the object */
+    return removed;
 }
 
 int cache_purge_obj(struct cache *c, const uint8_t obj[16])
@@ -1679,6 +1682,10 @@ void cache_get_stats(const struct cache *c, struct cache_stats *out)
     out->disk_chunks = ds.chunks;
     out->disk_evictions = ds.evictions;
     out->disk_scan_done = ds.scan_done;
+    out->mem_limit = c->budget;
+    out->disk_limit = ds.disk_size;
+    out->disk_free = ds.fs_free;
+    out->disk_fs_bytes = ds.fs_size;
 }
 
 /* ---- start and stop ------------------------------------------------------------------------ */

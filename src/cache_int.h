@@ -276,6 +276,8 @@ int cache_purge_obj(struct cache *c, const uint8_t obj[16]);
 uint32_t cache_inv_group(struct cache *c, const char *key, size_t key_len);
 void cache_inv_start(struct cache *c);
 void cache_inv_free(struct cache *c);
+/* Drops the listing made or being made (it may show objects removed since). */
+void cache_inv_listing_void(struct cache *c);
 
 /* The remembered version of object <obj> (cache.c): found (a lookup, it becomes the most recent
  * of its set), or NULL. */

@@ -77,7 +77,7 @@ struct cache_inv {
     enum list_state list_state;
     uint32_t list_group;
     uint64_t list_cursor;
-    uint64_t list_gen; /* a new listing makes the read job of an older one void */
+    uint64_t list_gen;                  /* a new listing makes the read job of an older one void */
     uint16_t list_slot[CACHE_INV_HASH]; /* 1 + position in listing.objs, 0 empty */
     struct cache_inv_listing listing;
     /* purges */
@@ -288,6 +288,12 @@ static bool list_step(struct cache_inv *ci)
         on_read_done(&rj->j);
     }
     return false;
+}
+
+void cache_inv_listing_void(struct cache *c)
+{
+    if (c->inv != NULL && c->inv->list_state != LIST_IDLE)
+        listing_clear(c->inv);
 }
 
 enum cache_inv_list_rc cache_inv_list(struct cache *c, const char *service, const char *prefix,

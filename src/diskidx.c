@@ -667,8 +667,6 @@ static bool pick(struct diskidx *d, uint32_t mask, struct pool *p, unsigned *sha
 
 static void refresh_free(struct diskidx *d, uint64_t now_ms)
 {
-    if (d->min_free == 0)
-        return;
     uint64_t gap = d->writes > 0 ? DISKIDX_BUSY_MS : DISKIDX_IDLE_MS;
     if (d->statvfs_done && now_ms >= d->statvfs_ms && now_ms - d->statvfs_ms < gap)
         return;
@@ -876,6 +874,15 @@ void diskidx_get_stats(const struct diskidx *d, struct diskidx_stats *out)
     *out = d->st;
     out->bytes = bytes_of(d);
     out->chunks = d->used;
+    out->disk_size = d->disk_size;
+    out->fs_free = out->fs_size = 0;
+    out->fs_known = 0;
+    for (size_t f = 0; f < d->n_fs; f++)
+        if (d->fs[f].known) {
+            out->fs_free += d->fs[f].avail;
+            out->fs_size += d->fs[f].size;
+            out->fs_known++;
+        }
 }
 
 void diskidx_regroup(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint32_t from,

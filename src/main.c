@@ -282,6 +282,10 @@ static void read_gauges(struct stats *st, void *arg)
     st->cache_disk_bytes = cs.disk_bytes;
     st->cache_disk_chunks = cs.disk_chunks;
     st->cache_disk_evictions = cs.disk_evictions;
+    st->cache_mem_limit = cs.mem_limit;
+    st->cache_disk_limit = cs.disk_limit;
+    st->cache_disk_free = cs.disk_free;
+    st->cache_disk_fs = cs.disk_fs_bytes;
     st->fetches_inflight = fetch_live();
     st->conn_http = conn_count();
     st->conn_tls = tlsrelay_count();

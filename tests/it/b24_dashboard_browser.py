@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """b24: the dashboard in a real browser (Debian's chromium, headless, through chromedriver; see
 browser.py): against a daemon with traffic going through it, the page's live values equal
-/api/live and /status, an in-flight fetch appears with its readers and goes when done, a purge
-from the page removes the object (with the token off loopback, refused without), the page
-without the chart library still renders its tables. Screenshots under build/dashboard-*.png for
+/api/live and /status (disks and memory too), an in-flight fetch appears with its readers and goes
+when done, a purge from the page removes the object (with the token off loopback, refused
+without), the inventory lists a stored Steam depot with its size on disk and its objects on a
+click, a removal of the depot from the page takes its files (with the token off loopback,
+refused without), the page without the chart library still renders its tables. Screenshots under build/dashboard-*.png for
 a person to look at."""
 
 import json
@@ -18,12 +20,19 @@ SIZE = 300000
 TOKEN = "b24-token-0123456789abcdef"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHOTS = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+STEAM_UA = "Valve/Steam HTTP Client 1.0"
+STEAM_HOST = "cache1-ams1.steamcontent.com"
+DEPOT = "/depot/7000/"
+DEPOT_PATHS = [DEPOT + "chunk/%040x/size/%d" % (0xb24000 + i, n)
+               for i, n in enumerate((150000, 2 * H.MIB + 10))]
+GROUP_ROW = '#inv_groups tr[data-service="steam"][data-prefix="%s"]' % DEPOT
 
 
 @unittest.skipUnless(B.available(), "chromium and chromedriver are not installed (make deps)")
 class DashboardBrowser(H.CPTestCase):
     def start(self, server=None):
-        o = {"server": {"admin_listen": "auto"}}
+        self.cache_dir = os.path.join(self._tmp, "cache")
+        o = {"server": {"admin_listen": "auto"}, "cache": {"dir": self.cache_dir}}
         o["server"].update(server or {})
         d = self.setup_proxy(o)
         self.b = B.Browser(self._tmp, timeout=60 * H.SLOW)
@@ -42,6 +51,57 @@ class DashboardBrowser(H.CPTestCase):
         """Waits for a render of /api/live taken after <t_ms> (the page's own clock stamp)."""
         return self.b.wait_js("return Number(document.body.dataset.updated || 0) > %d" % t_ms,
                               20 * H.SLOW, "a render after %d" % t_ms)
+
+    def steam_get(self, path):
+        return self.get(path, host=STEAM_HOST, headers=[("User-Agent", STEAM_UA)])
+
+    def depot_on_disk(self):
+        """[bytes, chunk files] of DEPOT, from the chunk files themselves (allocated units)."""
+        b = n = 0
+        for f in H.chunk_files(self.cache_dir):
+            if H.chunk_file_info(f)["key"].startswith("steam\n" + DEPOT):
+                st = os.stat(f)
+                b += -(-max(st.st_size, st.st_blocks * 512) // 512) * 512
+                n += 1
+        return [b, n]
+
+    def fill_depot(self):
+        for p in DEPOT_PATHS:
+            r = self.steam_get(p)
+            self.assertStatus(r, 200)
+            self.assertBody(r, p)
+        self.daemon.settle_disk()
+        want = self.depot_on_disk()
+        self.assertEqual(want[1], 1 + 3)  # 150000 B, then 2 MiB + 10 B in 1 MiB chunks
+        return want
+
+    def page_depot(self):
+        """The depot's row once the page shows it: [bytes, chunk files]."""
+        return self.b.wait_js(
+            "const r = document.querySelector('%s');"
+            "return r ? [Number(r.dataset.bytes), Number(r.dataset.chunks)] : null;" % GROUP_ROW,
+            20 * H.SLOW, "the depot on the page")
+
+    def remove_depot_from_page(self):
+        """Clicks the depot's Remove, accepts the confirmation, waits for the answer."""
+        self.b.click(GROUP_ROW + " td.act button")
+        self.assertIn(DEPOT, self.b.alert_text())
+        self.b.accept_alert()
+        return self.b.wait_js("const e = document.getElementById('inv_result');"
+                              "return e.dataset.status ? [Number(e.dataset.status),"
+                              " e.textContent] : null;", 20 * H.SLOW, "the removal's answer")
+
+    def assert_depot_gone(self):
+        self.b.wait_js("return document.querySelector('%s') === null" % GROUP_ROW,
+                       30 * H.SLOW, "the depot gone from the page")
+        H.wait_until(lambda: self.depot_on_disk() == [0, 0], 30 * H.SLOW, 0.05,
+                     "the depot's files gone")
+        n0 = self.origin.request_count()
+        for p in DEPOT_PATHS:
+            r = self.steam_get(p)
+            self.assertBody(r, p)
+            self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS", p)
+        self.assertGreater(self.origin.request_count(), n0)
 
     def test_live_values_fetches_and_purge(self):
         self.start()
@@ -78,6 +138,7 @@ class DashboardBrowser(H.CPTestCase):
                        20 * H.SLOW, "no fetch left on the page")
         # With no traffic, the page's numbers are /status's.
         self.daemon.settle_fetches()
+        self.daemon.settle_disk()
         st = self.daemon.status()
         t0 = int(time.time() * 1000)
         self.updated_after(t0)
@@ -93,6 +154,8 @@ class DashboardBrowser(H.CPTestCase):
         self.assertEqual((got["bytes"], got["shit"]), (4 * SIZE, 2 * SIZE))
         self.assertTrue(self.b.js("return typeof window.Chart === 'function' && "
                                   "document.getElementById('nochart').hidden"))
+        self.b.wait_js("return document.getElementById('d_disk').dataset.value === '%d'"
+                       % st["cache_bytes"]["disk"], 20 * H.SLOW, "the disk bytes of /status")
         self.shot("live")
         # Purge p1 from the page: confirm, then the answer on the page, then a MISS.
         self.b.type("#p_service", H.DEFAULT_HOST)
@@ -107,6 +170,24 @@ class DashboardBrowser(H.CPTestCase):
         n0 = self.origin.request_count()
         self.assertEqual(self.get(p1).header("X-Upstream-Cache-Status"), "MISS")
         self.assertEqual(self.origin.request_count(), n0 + 1)
+        # The inventory: the stored depot with its size on disk, its objects on a click, then
+        # removed from the page.
+        want = self.fill_depot()
+        self.b.go(self.page_url())
+        self.assertEqual(self.page_depot(), want)
+        self.b.click(GROUP_ROW + " td.pfx a")
+        listed = self.b.wait_js(
+            "const r = [...document.querySelectorAll('#objects tbody tr[data-path]')];"
+            "return r.length ? r.map(x => [x.dataset.path, Number(x.dataset.bytes)]) : null;",
+            20 * H.SLOW, "the depot's objects")
+        self.assertEqual(sorted(p for p, _ in listed), sorted(DEPOT_PATHS))
+        self.assertEqual(sum(n for _, n in listed), want[0])
+        self.b.js("document.getElementById('stored').scrollIntoView()")
+        self.shot("inventory")
+        status, text = self.remove_depot_from_page()
+        self.assertEqual(status, 202, text)
+        self.assertIn("%d chunk files" % want[1], text)
+        self.assert_depot_gone()
 
     def test_token_off_loopback_and_no_chart_library(self):
         self.start({"admin_listen": "auto-any", "admin_token": TOKEN,
@@ -124,6 +205,13 @@ class DashboardBrowser(H.CPTestCase):
             "args": ["%s?identifier=%s" % (p, H.DEFAULT_HOST)]})
         self.assertEqual(status, 401)
         self.assertEqual(self.get(p).header("X-Upstream-Cache-Status"), "HIT")
+        want = self.fill_depot()
+        status = self.b.cmd("POST", "/execute/async", {
+            "script": "const cb = arguments[arguments.length - 1];"
+                      "fetch(arguments[0], {method: 'POST'}).then(r => cb(r.status));",
+            "args": ["/api/purge?service=steam&prefix=" + DEPOT]})
+        self.assertEqual(status, 401)
+        self.assertEqual(self.depot_on_disk(), want)
         self.shot("login")
         self.b.type("#token", TOKEN)
         self.b.click("#loginform button")
@@ -143,6 +231,11 @@ class DashboardBrowser(H.CPTestCase):
                              "the purge's answer")
         self.assertRegex(res, r"^purged [1-9]\d*$")
         self.assertEqual(self.get(p).header("X-Upstream-Cache-Status"), "MISS")
+        # The depot, from the page, with the token it keeps as a cookie.
+        self.assertEqual(self.page_depot(), want)
+        status, text = self.remove_depot_from_page()
+        self.assertEqual(status, 202, text)
+        self.assert_depot_gone()
 
 
 if __name__ == "__main__":

@@ -164,6 +164,13 @@ class Inventory(H.CPTestCase):
         self.assertEqual([(o["path"], o["chunks"]) for o in lst["objects"]], [(OBJECTS[3][2], 3)])
         self.listing("steam", "/depot/300/", status=404)
         self.assertStatus(self.req("/api/objects?service=steam"), 400)
+        # A listing made before an object is removed never shows it again.
+        self.listing("steam", "/depot/100/")
+        r = self.req("/api/purge?" + q(service="steam", path=OBJECTS[2][2]), method="POST")
+        self.assertStatus(r, 200)
+        lst = self.listing("steam", "/depot/100/")
+        self.assertEqual(sorted(o["path"] for o in lst["objects"]),
+                         sorted(o[2] for o in OBJECTS[:2]))
 
     def test_purge_an_object_a_depot_and_a_service(self):
         self.start()
@@ -173,10 +180,12 @@ class Inventory(H.CPTestCase):
         # One object.
         r = self.req("/api/purge?" + q(service="steam", path=OBJECTS[1][2]), method="POST")
         self.assertStatus(r, 200)
+        self.assertEqual(r.header_all("Content-Type"), ["application/json"])
         self.assertEqual(json.loads(bytes(r.body)), {"removed": 1})
         # A depot: its chunk files go, the other depot's and the other service's stay.
         r = self.req("/api/purge?" + q(service="steam", prefix="/depot/100/"), method="POST")
         self.assertStatus(r, 202)
+        self.assertEqual(r.header_all("Content-Type"), ["application/json"])
         self.assertEqual(json.loads(bytes(r.body)), {"groups": 1, "chunks": 2})
         H.wait_until(lambda: ("steam", "/depot/100/") not in self.groups(self.inventory()),
                      30 * H.SLOW, 0.05, "depot 100 gone")

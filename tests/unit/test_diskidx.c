@@ -31,6 +31,7 @@
 #include <ev.h>
 
 #include "chunkfile.h"
+#include "inventory.h"
 
 #define T0 1700000000000ull /* a wall clock in ms (2023) */
 #define HOUR 3600000ull
@@ -379,8 +380,8 @@ static void test_diskidx_evict_lru_order(void **state)
     diskidx_add(d, o[0], 0, bytes[0], T0 + 1000, 0); /* a */
     diskidx_add(d, o[1], 1, bytes[1], T0 + 2000, 0); /* b */
     diskidx_add(d, o[2], 2, bytes[2], T0 + 3000, 0); /* c */
-    diskidx_touch(d, o[0], 0, T0 + 4000);         /* a is now the most recent */
-    assert_false(diskidx_evict(d, T0 + 4000));    /* within limits */
+    diskidx_touch(d, o[0], 0, T0 + 4000);            /* a is now the most recent */
+    assert_false(diskidx_evict(d, T0 + 4000));       /* within limits */
     assert_int_equal(stats_of(d).evictions, 0);
     diskidx_add(d, o[3], 3, bytes[3], T0 + 5000, 0); /* d: over disk_size */
     evict_all(d, T0 + 5000);
@@ -715,6 +716,75 @@ static void test_diskidx_scan_missing_dir_counted(void **state)
 
 /* ---- scale ---- */
 
+/* The stated bound (README, docs/interfaces.md "Dashboard API"): 10 M chunk files, the
+ * inventory's 65,535 named groups full, hold under DISKIDX_BOUND_PER_FILE bytes per file plus
+ * 16 MiB for the group table; the groups' totals are exact and a group's purge-like removal of
+ * every entry empties it. No files: the index is driven directly, as the cache drives it. Under
+ * an emulator (CP_UNIT_EMULATED, make cross) 1 M files: the same bound per file. */
+#define DISKIDX_BOUND_PER_FILE 48u
+static void big_obj_of(uint64_t n, uint8_t obj[16])
+{
+    /* splitmix64: distinct for distinct <n>, spread over both shards */
+    uint64_t z = n + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    memcpy(obj, &z, 8);
+    memcpy(obj + 8, &n, 8);
+}
+static void test_diskidx_ten_million_files_within_the_stated_bound(void **state)
+{
+    (void)state;
+    const unsigned TEN_M = getenv("CP_UNIT_EMULATED") != NULL ? 1000000u : 10000000u;
+    struct tree t;
+    tree_new(&t, 2);
+    char *dirs[] = {t.dirs[0], t.dirs[1]};
+    struct diskidx *d = diskidx_new(NULL, dirs, 2, 0, 0, 0);
+    struct inventory *inv = diskidx_inventory(d);
+    enum { GROUPS = INV_GROUPS_MAX - INV_FIRST };
+    static uint32_t ids[GROUPS];
+    for (unsigned g = 0; g < GROUPS; g++) {
+        char prefix[INV_PREFIX_MAX];
+        snprintf(prefix, sizeof(prefix), "/depot/%u/", 100000 + g);
+        ids[g] = inv_intern(inv, "steam", prefix);
+        assert_true(ids[g] >= INV_FIRST);
+    }
+    /* The table is full: a new group's files are counted under INV_OTHER. */
+    assert_int_equal(inv_intern(inv, "steam", "/depot/1/"), INV_OTHER);
+    uint8_t obj[16];
+    for (unsigned i = 0; i < TEN_M; i++) {
+        big_obj_of(i, obj);
+        diskidx_add(d, obj, i & 3, 1048576 + 512, T0 + i, ids[i % GROUPS]);
+    }
+    struct diskidx_stats st;
+    diskidx_get_stats(d, &st);
+    assert_int_equal(st.chunks, TEN_M);
+    size_t mem = diskidx_memory(d), table = inv_memory(inv);
+    printf("# %u files: index %zu bytes (%.1f per file), group table %zu bytes\n", TEN_M, mem,
+           (double)(mem - table) / TEN_M, table);
+    assert_true(table < 16u << 20);
+    assert_true(mem <= (size_t)TEN_M * DISKIDX_BOUND_PER_FILE + (16u << 20));
+    /* Totals: each group holds its share, exactly. */
+    uint64_t per = 1048576 + 512;
+    const struct inv_group *g0 = inv_get(inv, ids[0]), *gl = inv_get(inv, ids[GROUPS - 1]);
+    assert_non_null(g0);
+    assert_non_null(gl);
+    assert_int_equal(g0->chunks, TEN_M / GROUPS + (0 < TEN_M % GROUPS));
+    assert_int_equal(g0->bytes, g0->chunks * per);
+    assert_int_equal(gl->chunks, TEN_M / GROUPS + (GROUPS - 1 < TEN_M % GROUPS));
+    /* Removing the first group's files frees it; the others keep theirs. */
+    for (unsigned i = 0; i < TEN_M; i += GROUPS) {
+        big_obj_of(i, obj);
+        diskidx_remove(d, obj, i & 3);
+    }
+    assert_null(inv_get(inv, ids[0]));
+    assert_int_equal(inv_get(inv, ids[1])->chunks, TEN_M / GROUPS + 1);
+    diskidx_get_stats(d, &st);
+    assert_int_equal(st.chunks, TEN_M - (TEN_M / GROUPS + 1));
+    diskidx_free(&d);
+    tree_free(&t);
+}
+
 static void test_diskidx_evict_10k_entries_sampled_lru(void **state)
 {
     (void)state;
@@ -858,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_diskidx_scan_missing_dir_counted),
         cmocka_unit_test(test_diskidx_add_remove_random_matches_model),
         cmocka_unit_test(test_diskidx_evict_10k_entries_sampled_lru),
+        cmocka_unit_test(test_diskidx_ten_million_files_within_the_stated_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
