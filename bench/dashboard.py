@@ -4,11 +4,13 @@
 
 The bench's warm `chunks` phase (loadgen -s chunks: 128 objects of 1 MiB, 10 keep-alive clients,
 each in its own order, every byte of 64 KiB per MiB verified) is run in rounds, alternately with
-no dashboard open and with 10 pollers doing what the page does (GET /api/live every 2 s, GET
-/api/history every 20 s, each poller a process of its own); per condition: the proxy's CPU
-seconds per GB served, its MB/s, its peak RSS (VmHWM, reset before each round) and the bytes the
-pollers moved. Also the page's own transfer size (/, /static/chart.js, one /api/live, one
-/api/history).
+no dashboard open and with 10 pollers doing what the page does (GET /api/live every 2 s,
+/status every 4 s, /api/history and /api/inventory every 20 s, each poller a process of its
+own); per condition: the proxy's CPU seconds per GB served, its MB/s, its peak RSS (VmHWM, reset
+before each round), the bytes the pollers moved, and Little's law of the load (L = rps x mean
+latency against the 10 clients: loadgen's little_ratio, median, and whether loadgen saturated
+its core). Also the page's own transfer size (/, /static/chart.js and one answer of each
+endpoint).
 
 The proxy runs on core 0; the origin, loadgen and the pollers on core 1. Loopback only; every
 round bounded (loadgen -T), the pollers stopped by the harness.
@@ -64,24 +66,26 @@ def get(port, path):
 def poller(port, stop, out):
     os.sched_setaffinity(0, {1})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    n, moved, t_hist = 0, 0, 0.0
+    n, moved, tick, t0 = 0, 0, 0, time.monotonic()
     while not stop.is_set():
-        now = time.monotonic()
-        paths = ["/api/live"] + (["/api/history"] if now - t_hist >= 20 else [])
-        if len(paths) == 2:
-            t_hist = now
+        # The page's own rates (src/dashboard.html): live every tick of 2 s, /status every
+        # second tick, history and inventory every tenth.
+        paths = ["/api/live"] + (["/status"] if tick % 2 == 0 else []) + \
+            (["/api/history", "/api/inventory"] if tick % 10 == 0 else [])
+        tick += 1
         for p in paths:
             c.request("GET", p, headers={"Host": "127.0.0.1:%d" % port})
             r = c.getresponse()
             moved += len(r.read())
             n += 1
-        stop.wait(2.0)
+        stop.wait(max(0.0, t0 + 2.0 * tick - time.monotonic()))
     out.put((n, moved))
 
 
 def loadgen(port, seconds):
-    """Warm chunks phases back to back for at least <seconds>; returns (bytes, wall seconds)."""
-    total, t0 = 0, time.monotonic()
+    """Warm chunks phases back to back for at least <seconds>; returns (bytes, wall seconds,
+    Little's ratios, loadgen saturated)."""
+    total, t0, little, sat = 0, time.monotonic(), [], False
     while time.monotonic() - t0 < seconds:
         line = subprocess.run(
             ["taskset", "-c", "1", LOADGEN, "-a", "127.0.0.1:%d" % port, "-H", HOST, "-s",
@@ -91,7 +95,9 @@ def loadgen(port, seconds):
         if kv.get("failed") != "0":
             raise SystemExit("loadgen failed: " + line)
         total += int(kv["bytes"])
-    return total, time.monotonic() - t0
+        little.append(float(kv["little_ratio"]))
+        sat = sat or kv.get("lg_saturated") == "1"
+    return total, time.monotonic() - t0, little, sat
 
 
 def main():
@@ -129,8 +135,8 @@ def main():
                         "-s", "chunks", "-c", "10", "-n", "cacheparty", "-p", "cold", "-k", "128",
                         "-K", "1M", "-v", "sample", "-T", "120"], check=True,
                        capture_output=True)
-        sizes = {p: len(get(aport, p)[1]) for p in ("/", "/static/chart.js", "/api/live",
-                                                    "/api/history")}
+        pages = ("/", "/static/chart.js", "/api/live", "/status", "/api/history", "/api/inventory")
+        sizes = {p: len(get(aport, p)[1]) for p in pages}
         rows = {"none": [], "10 pollers": []}
         for r in range(a.rounds):
             cond = "none" if r % 2 == 0 else "10 pollers"
@@ -143,7 +149,7 @@ def main():
             with open("/proc/%d/clear_refs" % cp.pid, "w") as f:
                 f.write("5\n")  # resets VmHWM
             c0 = cpu_ticks(cp.pid)
-            nbytes, wall = loadgen(port, a.seconds)
+            nbytes, wall, little, sat = loadgen(port, a.seconds)
             c1 = cpu_ticks(cp.pid)
             stop.set()
             polls = moved = 0
@@ -154,20 +160,19 @@ def main():
                 p.join(10)
             cpu = (c1 - c0) / CLK
             rows[cond].append((cpu / (nbytes / 1e9), nbytes / wall / 1e6, hwm_kib(cp.pid) / 1024,
-                               polls, moved, wall))
-        print("page: / %d bytes, /static/chart.js %d, /api/live %d, /api/history %d"
-              % (sizes["/"], sizes["/static/chart.js"], sizes["/api/live"],
-                 sizes["/api/history"]))
-        print("%-12s %6s %14s %10s %12s %8s %12s" % ("dashboard", "rounds", "cpu s per GB",
-                                                    "MB/s", "peak RSS MiB", "polls",
-                                                    "polled KiB/s"))
+                               polls, moved, wall, statistics.median(little), sat))
+        print("page: " + ", ".join("%s %d bytes" % (p, sizes[p]) for p in pages))
+        print("%-12s %6s %14s %10s %12s %8s %12s %8s %6s" % (
+            "dashboard", "rounds", "cpu s per GB", "MB/s", "peak RSS MiB", "polls",
+            "polled KiB/s", "L/N", "lg sat"))
         for cond, rs in rows.items():
             if not rs:
                 continue
-            print("%-12s %6d %14.3f %10.0f %12.1f %8d %12.1f" % (
+            print("%-12s %6d %14.3f %10.0f %12.1f %8d %12.1f %8.3f %6s" % (
                 cond, len(rs), statistics.median(x[0] for x in rs),
                 statistics.median(x[1] for x in rs), max(x[2] for x in rs),
-                sum(x[3] for x in rs), sum(x[4] for x in rs) / sum(x[5] for x in rs) / 1024))
+                sum(x[3] for x in rs), sum(x[4] for x in rs) / sum(x[5] for x in rs) / 1024,
+                statistics.median(x[6] for x in rs), "yes" if any(x[7] for x in rs) else "no"))
         for cond, rs in rows.items():
             print("  %s rounds (cpu s/GB, MB/s): %s" % (cond, ", ".join(
                 "%.3f %.0f" % (x[0], x[1]) for x in rs)))

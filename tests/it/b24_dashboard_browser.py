@@ -42,10 +42,10 @@ class DashboardBrowser(H.CPTestCase):
     def page_url(self):
         return "http://127.0.0.1:%d/" % self.daemon.admin_port
 
-    def shot(self, name):
+    def shot(self, name, full=False):
         path = os.path.join(SHOTS, "dashboard-%s.png" % name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return self.b.screenshot(path)
+        return self.b.screenshot(path, full)
 
     def updated_after(self, t_ms):
         """Waits for a render of /api/live taken after <t_ms> (the page's own clock stamp)."""
@@ -127,7 +127,7 @@ class DashboardBrowser(H.CPTestCase):
             20 * H.SLOW, "the fetch with its two readers")
         self.assertEqual(rows[0][0], gp)
         self.assertGreaterEqual(rows[0][1], SIZE // 2)
-        self.shot("in-flight")
+        self.shot("in-flight", full=True)  # docs/dashboard.png is one of these
         gate.set()
         for c in (a, b):
             r = c.read_response()

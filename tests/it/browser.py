@@ -118,8 +118,17 @@ class Browser:
     def accept_alert(self):
         self.cmd("POST", "/alert/accept", {})
 
-    def screenshot(self, path):
+    def screenshot(self, path, full=False):
+        """The viewport as a PNG at <path>; <full>: the window made as tall as the page first
+        (and given back its height after)."""
+        rect = None
+        if full:
+            rect = self.cmd("GET", "/window/rect")
+            h = self.js("return document.documentElement.scrollHeight")
+            self.cmd("POST", "/window/rect", {"width": rect["width"], "height": int(h) + 140})
         png = base64.b64decode(self.cmd("GET", "/screenshot"))
+        if rect is not None:
+            self.cmd("POST", "/window/rect", {"width": rect["width"], "height": rect["height"]})
         with open(path, "wb") as f:
             f.write(png)
         return path
