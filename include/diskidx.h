@@ -109,10 +109,12 @@ uint64_t diskidx_file_bytes(const struct stat *sb);
 int diskidx_parse_name(const char *name, uint8_t obj[16], uint64_t *index)
     __attribute__((warn_unused_result));
 
-/* Moves the entry of (<obj>, <index>), if there is one and it is in group <from>, to inventory
- * group <group> (the start-up scan's entries are INV_UNREAD until their key is read). */
-void diskidx_regroup(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint32_t from,
-                     uint32_t group);
+/* Moves the entry of (<obj>, <index>) in shard <shard> (the one diskidx_walk() gave: the
+ * start-up scan indexes a file in the dir it was found in, which may not be the dir its object
+ * hashes to), if there is one and it is in group <from>, to inventory group <group> (the scan's
+ * entries are INV_UNREAD until their key is read). */
+void diskidx_regroup(struct diskidx *d, unsigned shard, const uint8_t obj[16], uint64_t index,
+                     uint32_t from, uint32_t group);
 
 /* The totals per group of the indexed files (owned by the index; valid while it is). */
 struct inventory *diskidx_inventory(struct diskidx *d);

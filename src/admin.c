@@ -880,7 +880,7 @@ static int inv_param(struct admin_conn *c, const struct h1_req *req, const char 
 {
     int rc = query_param(q, qlen, name, out, ADMIN_INV_VALUE_MAX);
     if (rc < 0)
-        respond_text(c, req, 400, NULL, false, "bad ?%s= value\n", name);
+        respond_text(c, req, 400, NULL, req->method == H1_M_HEAD, "bad ?%s= value\n", name);
     return rc;
 }
 

@@ -10,7 +10,9 @@
  * - a listing: walks the index for the entries of one group, gathers its objects (at most
  *   CACHE_INV_LIST_MAX), then one I/O job reads one header of each for its path.
  * - purges: walks the index for entries of the groups being purged and purges their objects
- *   (cache_purge_obj), at most CACHE_INV_PURGE_OBJS per step; a pass that finds none ends them.
+ *   (cache_purge_obj), at most CACHE_INV_PURGE_OBJS per step; a pass that finds none ends them,
+ *   and so does the CACHE_INV_PURGE_PASSES-th pass (files that cannot be unlinked, or stored as
+ *   fast as they go), with a warning.
  *   Chunks in memory only (being filled) are found once, at the start, in the memory table.
  * Threading: loop thread, except the jobs' work functions (which touch only their job).
  */
@@ -35,9 +37,10 @@
 
 #define CACHE_INV_MAGIC 0x1a7e0c02u
 #define CACHE_INV_PURGE_OBJS 32u
-#define CACHE_INV_BUSY 0.001 /* s: the timer while work is left */
-#define CACHE_INV_IDLE 1.0   /* s: while there is none (the scan may add unread files) */
-#define CACHE_INV_HASH 512u  /* slots of a listing's object set (> 2 * CACHE_INV_LIST_MAX) */
+#define CACHE_INV_PURGE_PASSES 4u /* passes of the index after which purges stop, files left */
+#define CACHE_INV_BUSY 0.001      /* s: the timer while work is left */
+#define CACHE_INV_IDLE 1.0        /* s: while there is none (the scan may add unread files) */
+#define CACHE_INV_HASH 512u       /* slots of a listing's object set (> 2 * CACHE_INV_LIST_MAX) */
 
 struct read_item {
     uint8_t obj[16];
@@ -84,7 +87,8 @@ struct cache_inv {
     struct purge purges[CACHE_INV_PURGES];
     unsigned n_purges;
     uint64_t purge_cursor;
-    bool purge_found; /* this pass found an entry to purge */
+    bool purge_found;      /* this pass found an entry to purge */
+    unsigned purge_passes; /* whole passes of the index done by the purges running */
     uint64_t purged;
 };
 
@@ -151,7 +155,7 @@ static void on_read_done(struct iojob *j)
         for (size_t i = 0; i < rj->n; i++) {
             struct read_item *it = &rj->items[i];
             uint32_t to = it->ok ? inv_intern(inv, it->service, it->prefix) : INV_UNREADABLE;
-            diskidx_regroup(c->didx, it->obj, it->index, INV_UNREAD, to);
+            diskidx_regroup(c->didx, it->shard, it->obj, it->index, INV_UNREAD, to);
         }
         if (ci != NULL)
             ci->read_busy = false;
@@ -355,9 +359,15 @@ static bool on_purge_entry(const struct diskidx_entry *e, void *arg)
 static void on_flag_group(const struct inv_group *g, void *arg)
 {
     struct cache_inv *ci = arg;
-    for (unsigned i = 0; i < ci->n_purges; i++)
+    for (unsigned i = 0; i < ci->n_purges && g->id >= INV_FIRST; i++)
         if (purge_matches(&ci->purges[i], g))
             inv_get(diskidx_inventory(ci->c->didx), g->id)->purging = true;
+}
+
+static void on_unflag_group(const struct inv_group *g, void *arg)
+{
+    struct cache_inv *ci = arg;
+    inv_get(diskidx_inventory(ci->c->didx), g->id)->purging = false;
 }
 
 static bool purge_step(struct cache_inv *ci)
@@ -376,10 +386,25 @@ static bool purge_step(struct cache_inv *ci)
         if (n > 0)
             ci->purged += (uint64_t)n;
     }
-    if (end && ci->purge_cursor == 0 && w.n == 0 && !ci->purge_found) {
+    /* Files of the start-up scan not read yet may belong to the groups: they are purged once
+     * read, so a purge runs (and counts no pass) until every file has its group. */
+    bool unread = inv_get(diskidx_inventory(c->didx), INV_UNREAD) != NULL;
+    bool clean = end && ci->purge_cursor == 0 && w.n == 0 && !ci->purge_found && !unread;
+    if (end && !clean && !unread && ++ci->purge_passes >= CACHE_INV_PURGE_PASSES) {
+        /* Files that cannot be unlinked, or a service storing as fast as it is purged: stop. */
+        log_warn("cache: purge of %u group%s stopped after %u passes with chunk files left "
+                 "(unremovable, or stored while it ran); %llu removed since start",
+                 ci->n_purges, ci->n_purges == 1 ? "" : "s", ci->purge_passes,
+                 (unsigned long long)ci->purged);
+        clean = true;
+    } else if (clean) {
         log_info("cache: purge of %u group%s done (%llu chunk files removed since start)",
                  ci->n_purges, ci->n_purges == 1 ? "" : "s", (unsigned long long)ci->purged);
+    }
+    if (clean) {
         ci->n_purges = 0;
+        ci->purge_passes = 0;
+        inv_foreach(diskidx_inventory(c->didx), on_unflag_group, ci);
         return false;
     }
     if (end)
@@ -444,6 +469,7 @@ int cache_inv_purge(struct cache *c, const char *service, const char *prefix, ui
     inv_foreach(diskidx_inventory(c->didx), on_flag_group, ci);
     ci->purge_found = false;
     ci->purge_cursor = 0;
+    ci->purge_passes = 0;
     if (ci->list_state != LIST_IDLE)
         listing_clear(ci); /* it would show what goes */
     kick(ci);

@@ -885,13 +885,13 @@ void diskidx_get_stats(const struct diskidx *d, struct diskidx_stats *out)
         }
 }
 
-void diskidx_regroup(struct diskidx *d, const uint8_t obj[16], uint64_t index, uint32_t from,
-                     uint32_t group)
+void diskidx_regroup(struct diskidx *d, unsigned shard, const uint8_t obj[16], uint64_t index,
+                     uint32_t from, uint32_t group)
 {
     CHECK_OBJ(d, DISKIDX_MAGIC);
-    unsigned s = shard_of(d, obj);
+    unsigned s = shard;
     uint32_t *link;
-    if (!find(d, s, obj, index, &link))
+    if (s >= d->n_shards || !find(d, s, obj, index, &link))
         return;
     struct dentry *e = entry_at(d, s, val_pos(*link));
     uint32_t old = group_of(e);

@@ -189,6 +189,8 @@ class Inventory(H.CPTestCase):
         self.assertEqual(json.loads(bytes(r.body)), {"groups": 1, "chunks": 2})
         H.wait_until(lambda: ("steam", "/depot/100/") not in self.groups(self.inventory()),
                      30 * H.SLOW, 0.05, "depot 100 gone")
+        H.wait_until(lambda: self.inventory()["purges"] == 0, 30 * H.SLOW, 0.05,
+                     "the depot's purge over")
         self.assertEqual(set(self.on_disk()), {("steam", "/depot/200/"),
                                                (H.DEFAULT_HOST, "/b25/game/"),
                                                (H.DEFAULT_HOST, "/b25/other/")})
@@ -215,6 +217,37 @@ class Inventory(H.CPTestCase):
         # Nothing there: 404, nothing queued.
         r = self.req("/api/purge?" + q(service="nosuch"), method="POST")
         self.assertStatus(r, 404)
+
+    def test_a_file_in_the_other_dir_is_grouped_and_its_purge_ends(self):
+        # Two cache dirs; one chunk file moved into the dir its object does not hash to (a dir
+        # added or swapped since): the start-up scan indexes it where it is, its key is read and
+        # it joins its depot; a purge of that depot ends (the file it cannot find by its hash is
+        # left, and the log says so) instead of running for ever.
+        a, b = os.path.join(self._tmp, "ca"), os.path.join(self._tmp, "cb")
+        self.start(cache_dir=a + "," + b)
+        self.fill()
+        self.daemon.stop()
+        files = [f for f in H.chunk_files(a) + H.chunk_files(b)
+                 if H.chunk_file_info(f)["key"] == "steam\n" + OBJECTS[1][2]]
+        self.assertEqual(len(files), 1)
+        src = files[0]
+        home, other = (a, b) if src.startswith(a + os.sep) else (b, a)
+        dst = os.path.join(other, os.path.relpath(src, home))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.rename(src, dst)
+        self.start(cache_dir=a + "," + b)
+        inv = self.complete_inventory()
+        self.assertEqual(self.groups(inv)[("steam", "/depot/100/")][1], 3)
+        r = self.req("/api/purge?" + q(service="steam", prefix="/depot/100/"), method="POST")
+        self.assertStatus(r, 202)
+        H.wait_until(lambda: self.api("/api/inventory")["purges"] == 0, 60 * H.SLOW, 0.05,
+                     "the purge over")
+        inv = self.inventory()
+        self.assertEqual(self.groups(inv).get(("steam", "/depot/100/"), [0, 0])[1], 1)
+        self.assertFalse(any(g["purging"] for g in inv["groups"]))
+        self.assertTrue(os.path.exists(dst))
+        self.assertIn("stopped after 4 passes", self.daemon.log_tail(200))
+        self.fetch(OBJECTS[3], "HIT")
 
     def test_no_state_change_by_get_from_elsewhere_or_without_the_token(self):
         self.start({"admin_listen": "auto-any", "admin_token": TOKEN})
@@ -243,6 +276,8 @@ class Inventory(H.CPTestCase):
         self.assertStatus(r, 202)
         H.wait_until(lambda: ("steam", "/depot/100/") not in self.groups(self.inventory()),
                      30 * H.SLOW, 0.05, "depot 100 gone")
+        H.wait_until(lambda: self.inventory()["purges"] == 0, 30 * H.SLOW, 0.05,
+                     "the depot's purge over")
 
     def test_bad_queries(self):
         self.start()
