@@ -21,6 +21,9 @@ DEB_SERVERS := dnsmasq-base unbound bind9 nginx
 # For the tests only (`make test`, never `make run` nor the build): the real browser of
 # tests/it/b24_dashboard_browser.py and the chart library the dashboard uses when installed.
 DEB_TEST_ONLY := chromium chromium-driver libjs-chart.js
+# Servers for the tests only, installed as DEB_SERVERS are (none of their services enabled or
+# running): the HAProxy that tests/it/n01_haproxy.py starts from conf/haproxy.cfg.
+DEB_TEST_SERVERS := haproxy
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
         -Wpointer-arith -Wcast-align
@@ -126,6 +129,10 @@ deps-test:
 	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@if ! sh tests/deps-servers.sh --check $(DEB_TEST_SERVERS); then \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO sh tests/deps-servers.sh $(DEB_TEST_SERVERS); \
 	fi
 
 run: deps
