@@ -22,7 +22,7 @@ agent) and NB multi-slice objects of 64 MiB. nginx is stopped, then:
 
 The proxy runs on core 0, the origin, the clients and the probe on core 1. Loopback only;
 bounded in size and time. Needs root (drop_caches) and nginx (`make deps`).
-Usage: bench/lancache.py [--small N1] [--big NB]   (defaults 400 and 4)
+Usage: bench/lancache.py [--small N1] [--big NB] [--parts ABC] [--dir DIR]   (defaults 400, 4)
 """
 
 import argparse
@@ -52,6 +52,20 @@ def drop_caches():
     subprocess.run(["sync"], check=True)
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
+
+
+def mount_of(path):
+    # The mount <path> is on and its options (`discard` matters: each removed file's blocks are
+    # then trimmed at the journal commit, which a move pays and cp -r does not).
+    best = ("?", "?", "?", "")
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mnt, fstype, opts = line.split()[:4]
+            mnt = mnt.replace("\\040", " ")
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[1]):
+                best = (dev, mnt, fstype, opts)
+    return "%s on %s, %s (%s)" % best
 
 
 def tree_bytes(d):
@@ -211,11 +225,11 @@ def part_a(tmp, oport, tree, small, proxies):
 
 
 
-def part_b(tmp, tree, nfiles, nbytes):
+def part_b(tmp, tree, nfiles, nbytes, also=None, rounds=3):
     # B. import rate against cp -r, same tree, same disk, cold page cache, sync included;
     # three rounds in turn, the median of each
-    print("\nB. %.1f MiB, %d files, page cache dropped, sync included, median of 3 rounds" %
-          (nbytes / 2**20, nfiles))
+    print("\nB. %.1f MiB, %d files, page cache dropped, sync included, median of %d rounds" %
+          (nbytes / 2**20, nfiles, rounds))
     ini = os.path.join(tmp, "b.ini")
     cache_b = os.path.join(tmp, "cache_b")
     with open(ini, "w") as f:
@@ -223,8 +237,10 @@ def part_b(tmp, tree, nfiles, nbytes):
                 "chunk_size = 1M\ndisk_size = 100G\nmin_free = 1G\nlancache_settle = 0\n"
                 "[domains]\nallow_unlisted = yes\n[log]\naccess =\n" % cache_b)
     runs = {"cp -r": [], "import --copy --jobs 2": [], "import (move) --jobs 2": []}
+    if also:
+        runs["import (move) --jobs 2 [also]"] = []
     last = {}
-    for _ in range(3):
+    for _ in range(rounds):
         for name in runs:
             src = os.path.join(tmp, "tree_b")
             shutil.rmtree(src, ignore_errors=True)
@@ -238,14 +254,17 @@ def part_b(tmp, tree, nfiles, nbytes):
                 subprocess.run(["cp", "-r", src, dest], check=True)
             else:
                 args = ["--jobs", "2"] + (["--copy"] if "--copy" in name else [])
-                r = subprocess.run([CP, "-c", ini, "import", src] + args,
+                binary = also if "[also]" in name else CP
+                r = subprocess.run([binary, "-c", ini, "import", src] + args,
                                    capture_output=True, text=True)
                 assert r.returncode == 0, r.stderr
                 last[name] = r.stdout.strip().splitlines()[-2]
             subprocess.run(["sync"], check=True)
             runs[name].append(time.monotonic() - t0)
     for name in last:
-        print("   " + last[name])
+        print("   %s: %s" % (name, last[name]))
+    if also:
+        print("   [also]: %s" % also)
     cp_s = statistics.median(runs["cp -r"])
     print("%-28s %9s %9s %12s   %s" % ("", "seconds", "MiB/s", "rate vs cp", "rounds (s)"))
     for name, ts in runs.items():
@@ -291,13 +310,19 @@ def main():
     ap.add_argument("--big", type=int, default=4)
     ap.add_argument("--parts", default="ABC", help="which measurements (default ABC)")
     ap.add_argument("--modes", default="off,move", help="lancache_migrate values compared in C")
+    ap.add_argument("--dir", default=None,
+                    help="where the trees and caches are made (default: $TMPDIR or /tmp)")
+    ap.add_argument("--also", default=None,
+                    help="B: a second cacheparty binary whose move is timed beside (before/after)")
+    ap.add_argument("--rounds", type=int, default=3, help="B: rounds of each method (default 3)")
     a = ap.parse_args()
     if os.geteuid() != 0 or not os.path.exists(B.NGINX):
         sys.exit("bench/lancache.py needs root (drop_caches) and nginx (make deps)")
     subprocess.run(["make", "--no-print-directory", "-C", ROOT, "all", BUILD + "/bench/origin"],
                    check=True, stdout=subprocess.DEVNULL)
     os.sched_setaffinity(0, {1})
-    tmp = tempfile.mkdtemp(prefix="cp-lcbench.")
+    tmp = tempfile.mkdtemp(prefix="cp-lcbench.", dir=a.dir)
+    print("filesystem of %s: %s" % (tmp, mount_of(tmp)))
     oport = H.free_port()
     origin = subprocess.Popen(["taskset", "-c", "1", ORIGIN, "-l", "127.0.0.1:%d" % oport,
                                "-d", "0", "-r", "0", "-t", "3600"],
@@ -327,7 +352,7 @@ def main():
         if "A" in a.parts:
             part_a(tmp, oport, tree, small, proxies)
         if "B" in a.parts:
-            part_b(tmp, tree, nfiles, nbytes)
+            part_b(tmp, tree, nfiles, nbytes, a.also, a.rounds)
         if "C" in a.parts:
             part_c(tmp, oport, copies, modes, small, big, proxies)
     finally:

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <mntent.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,6 +77,8 @@ struct imp {
     int write_err; /* the first one (errno) */
     struct memo_slot *memo;
     size_t memo_cap, memo_used;
+    struct remover *rm; /* the nginx files' removal (below) */
+    size_t batch;       /* files per removal batch (at most IMPORT_BATCH) */
 };
 
 /* ---- the first pass ----------------------------------------------------------------------- */
@@ -401,15 +404,66 @@ static bool free_space(const char *path, uint64_t *avail)
 }
 
 /*
- * The nginx files of one worker whose chunks are all in the cache, removed in batches by
+ * The nginx files whose chunks are all in the cache, removed in batches by
  * ngxfile_remove_durable (one syncfs per cache filesystem, then each file still the one read).
  * A kill before the sync leaves the nginx files, which the next run finds present and removes.
+ *
+ * A worker hands each full batch to the remover, a thread of its own, and goes on reading: the
+ * sync (the disk writing the chunks back) and the freeing of the removed files' blocks (trimmed
+ * at the next journal commit on a filesystem mounted with -o discard) overlap the copying
+ * instead of stopping a worker. At most IMPORT_QUEUE batches wait (a worker waits for a slot
+ * beyond), so memory stays bounded whatever the tree's size. Without the thread (it could not
+ * be started) each worker removes its own batches.
+ *
+ * The batch size (struct imp's batch): a sync per IMPORT_BATCH files, so the disk writes the
+ * chunks back in few long runs, as `cp -r` and one `sync` would; on a tree whose filesystem is
+ * mounted with -o discard, a sync per IMPORT_BATCH_DISCARD files, so the trims of the files
+ * removed come in small steps beside the copying instead of in long stalls of the disk
+ * (measured: bench/README.md, issue 18).
  */
 #define IMPORT_BATCH 256
+#define IMPORT_BATCH_DISCARD 64
+#define IMPORT_QUEUE 4
 
 struct gone_batch {
     struct ngxfile_gone items[IMPORT_BATCH]; /* each path owned (xstrdup) */
     size_t n;
+};
+
+/* Whether the filesystem <dir> is on is mounted with the discard option (its longest mount
+ * point that is a prefix of its real path, in /proc/self/mounts). */
+static bool mount_discards(const char *dir)
+{
+    char real[PATH_MAX];
+    if (realpath(dir, real) == NULL)
+        return false;
+    FILE *f = setmntent("/proc/self/mounts", "r");
+    if (f == NULL)
+        return false;
+    struct mntent m, *e;
+    char buf[4096];
+    size_t best = 0;
+    bool discard = false;
+    while ((e = getmntent_r(f, &m, buf, sizeof(buf))) != NULL) {
+        size_t n = strlen(e->mnt_dir);
+        bool under = strncmp(real, e->mnt_dir, n) == 0 &&
+                     (real[n] == '/' || real[n] == '\0' || (n == 1 && e->mnt_dir[0] == '/'));
+        if (under && n >= best) {
+            best = n;
+            discard = hasmntopt(e, "discard") != NULL;
+        }
+    }
+    endmntent(f);
+    return discard;
+}
+
+struct remover {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a batch queued, a slot freed, or closing */
+    struct gone_batch *q[IMPORT_QUEUE];
+    size_t head, n;
+    bool running, closing;
+    pthread_t th;
 };
 
 static void gone_flush(struct imp *im, struct gone_batch *g)
@@ -426,17 +480,86 @@ static void gone_flush(struct imp *im, struct gone_batch *g)
     pthread_mutex_unlock(&im->mu);
 }
 
-static void gone_add(struct imp *im, struct gone_batch *g, const char *path,
+static void *remover_main(void *arg)
+{
+    struct imp *im = arg;
+    struct remover *r = im->rm;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (r->n == 0 && !r->closing)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->n == 0)
+            break; /* closing, and nothing left */
+        struct gone_batch *g = r->q[r->head];
+        r->head = (r->head + 1) % IMPORT_QUEUE;
+        r->n--;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        gone_flush(im, g);
+        free(g);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* <g> (owned, maybe empty) removed: by the remover when it runs, else here. */
+static void gone_hand_over(struct imp *im, struct gone_batch *g)
+{
+    struct remover *r = im->rm;
+    if (g->n == 0 || !r->running) {
+        gone_flush(im, g);
+        free(g);
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (r->n == IMPORT_QUEUE)
+        pthread_cond_wait(&r->cv, &r->mu);
+    r->q[(r->head + r->n) % IMPORT_QUEUE] = g;
+    r->n++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void gone_add(struct imp *im, struct gone_batch **g, const char *path,
                      const struct ngxfile *nf, size_t shard)
 {
-    if (g->n == IMPORT_BATCH)
-        gone_flush(im, g);
-    g->items[g->n++] = (struct ngxfile_gone){
+    if ((*g)->n == im->batch) {
+        gone_hand_over(im, *g);
+        *g = xcalloc(1, sizeof(**g));
+    }
+    (*g)->items[(*g)->n++] = (struct ngxfile_gone){
         .path = xstrdup(path), .dev = nf->sb.st_dev, .ino = nf->sb.st_ino, .shard = shard};
 }
 
+static void remover_start(struct imp *im, struct remover *r)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    im->rm = r;
+    r->running =
+        !im->o->copy && !im->o->dry_run && pthread_create(&r->th, NULL, remover_main, im) == 0;
+}
+
+/* After the workers: the queued batches removed, the thread ended. */
+static void remover_stop(struct imp *im)
+{
+    struct remover *r = im->rm;
+    if (r->running) {
+        pthread_mutex_lock(&r->mu);
+        r->closing = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->th, NULL);
+        r->running = false;
+    }
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+}
+
 static void import_file(struct imp *im, const char *path, const char *name, struct ngxfile *nf,
-                        struct ngxfile *other, struct gone_batch *gone)
+                        struct ngxfile *other, struct gone_batch **gone)
 {
     const struct config *cfg = im->cfg;
     uint64_t slice = cfg->chunk_size;
@@ -649,12 +772,11 @@ static void *worker(void *arg)
                 continue;
             char path[PATH_MAX];
             if (join(path, sizeof(path), im->l2[k], e->d_name))
-                import_file(im, path, e->d_name, &nf, &other, gone);
+                import_file(im, path, e->d_name, &nf, &other, &gone);
         }
         closedir(dir);
     }
-    gone_flush(im, gone);
-    free(gone);
+    gone_hand_over(im, gone);
     ngxfile_fini(&nf);
     ngxfile_fini(&other);
     pthread_mutex_lock(&im->mu);
@@ -812,6 +934,9 @@ int lcimport_run(const struct config *cfg, const struct domains *d, const struct
                 "stays in it\n");
     unsigned jobs = o->jobs < 1 ? 1 : o->jobs > 64 ? 64 : o->jobs;
     pthread_t th[64];
+    im.batch = mount_discards(o->dir) ? IMPORT_BATCH_DISCARD : IMPORT_BATCH;
+    struct remover rm;
+    remover_start(&im, &rm);
     im.running = jobs;
     unsigned started = 0;
     for (; started < jobs; started++)
@@ -821,6 +946,7 @@ int lcimport_run(const struct config *cfg, const struct domains *d, const struct
     im.running -= jobs - started;
     pthread_mutex_unlock(&im.mu);
     if (started == 0) {
+        remover_stop(&im);
         fprintf(stderr, "cacheparty import: cannot start a worker thread\n");
         rc = 2;
         goto done;
@@ -843,6 +969,7 @@ int lcimport_run(const struct config *cfg, const struct domains *d, const struct
     }
     for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
+    remover_stop(&im);
     progress(&im, im.done_files, im.done_bytes, mono_s() - t0, tty);
     if (tty)
         fprintf(o->progress, "\n");
