@@ -656,19 +656,30 @@ static void respond(struct admin_conn *c, const struct h1_req *req, int status, 
     c->out_off = 0;
 }
 
+/* A short formatted answer of type <ctype> (at most 1 KiB: longer is cut). */
+static void respond_vfmt(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *ctype, const char *extra, bool head_only, const char *fmt,
+                         va_list ap) __attribute__((format(printf, 7, 0)));
+static void respond_vfmt(struct admin_conn *c, const struct h1_req *req, int status,
+                         const char *ctype, const char *extra, bool head_only, const char *fmt,
+                         va_list ap)
+{
+    char body[1024];
+    int n = vsnprintf(body, sizeof(body), fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
+    respond(c, req, status, ctype, extra, body, len, head_only);
+}
+
 static void respond_text(struct admin_conn *c, const struct h1_req *req, int status,
                          const char *extra, bool head_only, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static void respond_text(struct admin_conn *c, const struct h1_req *req, int status,
                          const char *extra, bool head_only, const char *fmt, ...)
 {
-    char body[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(body, sizeof(body), fmt, ap);
+    respond_vfmt(c, req, status, "text/plain; charset=utf-8", extra, head_only, fmt, ap);
     va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
-    respond(c, req, status, "text/plain; charset=utf-8", extra, body, len, head_only);
 }
 
 /* A short JSON answer (a POST's: never to a HEAD). */
@@ -677,13 +688,10 @@ static void respond_json(struct admin_conn *c, const struct h1_req *req, int sta
 static void respond_json(struct admin_conn *c, const struct h1_req *req, int status,
                          const char *fmt, ...)
 {
-    char body[256];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(body, sizeof(body), fmt, ap);
+    respond_vfmt(c, req, status, "application/json", NULL, false, fmt, ap);
     va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
-    respond(c, req, status, "application/json", NULL, body, len, false);
 }
 
 static int hexval(char ch)

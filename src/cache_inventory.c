@@ -88,6 +88,7 @@ struct cache_inv {
     unsigned n_purges;
     uint64_t purge_cursor;
     bool purge_found;      /* this pass found an entry to purge */
+    uint64_t flagged_made; /* inv_made() when the groups were last flagged */
     unsigned purge_passes; /* whole passes of the index done by the purges running */
     uint64_t purged;
 };
@@ -370,13 +371,23 @@ static void on_unflag_group(const struct inv_group *g, void *arg)
     inv_get(diskidx_inventory(ci->c->didx), g->id)->purging = false;
 }
 
+/* Flags the groups of the purges running, when a group was made since they were last. */
+static void flag_groups(struct cache_inv *ci)
+{
+    struct inventory *inv = diskidx_inventory(ci->c->didx);
+    if (inv_made(inv) == ci->flagged_made)
+        return;
+    inv_foreach(inv, on_flag_group, ci);
+    ci->flagged_made = inv_made(inv);
+}
+
 static bool purge_step(struct cache_inv *ci)
 {
     struct cache *c = ci->c;
     if (ci->n_purges == 0)
         return false;
     /* Groups made since (chunks stored while it runs) are purged too. */
-    inv_foreach(diskidx_inventory(c->didx), on_flag_group, ci);
+    flag_groups(ci);
     struct purge_walk w = {.ci = ci};
     bool end = diskidx_walk(c->didx, &ci->purge_cursor, CACHE_INV_STEP, on_purge_entry, &w);
     if (w.n > 0)
@@ -467,6 +478,7 @@ int cache_inv_purge(struct cache *c, const char *service, const char *prefix, ui
         return 0;
     ci->n_purges++;
     inv_foreach(diskidx_inventory(c->didx), on_flag_group, ci);
+    ci->flagged_made = inv_made(diskidx_inventory(c->didx));
     ci->purge_found = false;
     ci->purge_cursor = 0;
     ci->purge_passes = 0;

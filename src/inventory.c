@@ -25,6 +25,7 @@ struct inventory {
     uint32_t live;       /* groups that hold something */
     uint32_t free_head;  /* freed ids (chained through hnext), INV_NIL: none */
     uint32_t *heads;     /* owns: [cap] hash chains of named groups, INV_NIL at the end */
+    uint64_t made;       /* groups inv_intern made (inv_made) */
 };
 
 static void copy_cut(char *dst, size_t cap, const char *src, size_t len)
@@ -90,6 +91,7 @@ static void set_fixed(struct inventory *inv, uint32_t id, const char *service, c
     struct inv_group *g = &inv->g[id];
     memset(g, 0, sizeof(*g));
     g->id = id;
+    inv->made++;
     copy_cut(g->service, sizeof(g->service), service, strlen(service));
     copy_cut(g->prefix, sizeof(g->prefix), prefix, strlen(prefix));
     g->hnext = INV_NIL;
@@ -181,12 +183,19 @@ uint32_t inv_intern(struct inventory *inv, const char *service, const char *pref
     struct inv_group *g = &inv->g[id];
     memset(g, 0, sizeof(*g));
     g->id = id;
+    inv->made++;
     copy_cut(g->service, sizeof(g->service), service, strlen(service));
     copy_cut(g->prefix, sizeof(g->prefix), prefix, strlen(prefix));
     uint32_t b = name_hash(g->service, g->prefix) & (inv->cap - 1);
     g->hnext = inv->heads[b];
     inv->heads[b] = id;
     return id;
+}
+
+uint64_t inv_made(const struct inventory *inv)
+{
+    CHECK_OBJ(inv, INV_MAGIC);
+    return inv->made;
 }
 
 struct inv_group *inv_get(struct inventory *inv, uint32_t id)

@@ -81,10 +81,13 @@ static void test_totals_and_reuse(void **state)
     (void)state;
     struct inventory *inv = inv_new();
     assert_int_equal(inv_count(inv), 0);
+    uint64_t made = inv_made(inv); /* the fixed groups */
     uint32_t a = inv_intern(inv, "steam", "/depot/1/");
     uint32_t b = inv_intern(inv, "steam", "/depot/2/");
     assert_true(a >= INV_FIRST && b >= INV_FIRST && a != b);
+    assert_int_equal(inv_made(inv), made + 2);
     assert_int_equal(inv_intern(inv, "steam", "/depot/1/"), a);
+    assert_int_equal(inv_made(inv), made + 2); /* found, not made */
     assert_int_equal(inv_find(inv, "steam", "/depot/2/"), b);
     assert_int_equal(inv_find(inv, "steam", "/depot/3/"), 0);
     inv_add(inv, a, 1000, 50);
@@ -109,6 +112,7 @@ static void test_totals_and_reuse(void **state)
     assert_int_equal(inv_count(inv), 2);
     uint32_t c = inv_intern(inv, "blizzard", "/tpr/wow/");
     assert_int_equal(c, b);
+    assert_int_equal(inv_made(inv), made + 3); /* a reused id is a new group too */
     inv_add(inv, c, 3, 80);
     g = inv_get(inv, c);
     assert_string_equal(g->service, "blizzard");
