@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+#include "cluster.h"
+
 #define CONFIG_MAX_ADDRS 16       /* per address list (listen, passthrough_listen, dns) */
 #define CONFIG_MAX_DIRS 16        /* cache dirs */
 #define CONFIG_HOST_MAX 256       /* host names, incl. NUL */
@@ -175,6 +177,13 @@ struct config {
     bool has_tls_override;
     struct cfg_hostport tls_override; /* port default 443 */
     char *tls_access;                 /* NULL = off, "-" = stdout */
+
+    /* [cluster] (all three cannot change live) */
+    char *cluster_nodes;  /* owns: the list as written; NULL: no cluster */
+    char *cluster_self;   /* owns */
+    char *cluster_secret; /* owns */
+    bool has_cluster;     /* nodes set: <cluster> parsed from the three */
+    struct cluster cluster;
 
     /* [log] */
     char *access_log; /* NULL = off, "-" = stdout */

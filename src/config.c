@@ -74,7 +74,7 @@ struct cfg_key {
 static cfg_parse_fn parse_uint, parse_duration, parse_size, parse_chunk, parse_bool, parse_steam_ua,
     parse_steam_hosts, parse_addr_list, parse_addr_opt, parse_hostname, parse_dns,
     parse_hostport_opt, parse_dirs, parse_migrate, parse_path_opt, parse_path, parse_level,
-    parse_format, parse_admin_token, parse_admin_names;
+    parse_format, parse_admin_token, parse_admin_names, parse_cluster;
 
 /*
  * Every key, in the order of conf/cacheparty.ini (which documents each). Fields left out are 0:
@@ -318,6 +318,25 @@ static const struct cfg_key cfg_keys[] = {
      .parse = parse_path_opt,
      .off = offsetof(struct config, tls_access),
      .def = ""},
+
+    {.section = "cluster",
+     .name = "nodes",
+     .parse = parse_cluster,
+     .off = offsetof(struct config, cluster_nodes),
+     .def = "",
+     .fixed = "cannot change live: kept (restart every node with the same list)"},
+    {.section = "cluster",
+     .name = "self",
+     .parse = parse_cluster,
+     .off = offsetof(struct config, cluster_self),
+     .def = "",
+     .fixed = "cannot change live: kept (restart to apply)"},
+    {.section = "cluster",
+     .name = "secret",
+     .parse = parse_cluster,
+     .off = offsetof(struct config, cluster_secret),
+     .def = "",
+     .fixed = "cannot change live: kept (restart every node with the same secret)"},
 
     {.section = "log",
      .name = "access",
@@ -1067,6 +1086,13 @@ static int parse_path_opt(struct config *cfg, const struct cfg_key *key, const c
     return 0;
 }
 
+/* The [cluster] strings, checked together once the file is read (check_whole). */
+static int parse_cluster(struct config *cfg, const struct cfg_key *key, const char *val,
+                         bool append, char *msg, size_t msglen)
+{
+    return parse_path_opt(cfg, key, val, append, msg, msglen);
+}
+
 static int parse_path(struct config *cfg, const struct cfg_key *key, const char *val, bool append,
                       char *msg, size_t msglen)
 {
@@ -1231,6 +1257,62 @@ static bool addr_in(const struct cfg_addr *a, const struct cfg_addr *list, size_
     return false;
 }
 
+/* Whether [server] listen has <sa>'s port on its address or on a wildcard one of its family. */
+static bool listens_on(const struct config *cfg, const struct sockaddr_storage *sa)
+{
+    for (size_t i = 0; i < cfg->n_listen; i++) {
+        const struct sockaddr_storage *l = &cfg->listen[i].ss;
+        if (l->ss_family == AF_INET && sa->ss_family == AF_INET) {
+            const struct sockaddr_in *x = (const void *)l, *y = (const void *)sa;
+            if (x->sin_port == y->sin_port && (x->sin_addr.s_addr == htonl(INADDR_ANY) ||
+                                               x->sin_addr.s_addr == y->sin_addr.s_addr))
+                return true;
+        } else if (l->ss_family == AF_INET6) {
+            const struct sockaddr_in6 *x = (const void *)l;
+            bool any = IN6_IS_ADDR_UNSPECIFIED(&x->sin6_addr);
+            if (sa->ss_family == AF_INET6) {
+                const struct sockaddr_in6 *y = (const void *)sa;
+                if (x->sin6_port == y->sin6_port &&
+                    (any || memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(y->sin6_addr)) == 0))
+                    return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* [cluster]: the three keys together, and self among the listen addresses. */
+static void check_cluster(struct load_ctx *ctx)
+{
+    struct config *cfg = ctx->cfg;
+    cfg->has_cluster = false;
+    if (cfg->cluster_nodes == NULL) {
+        if (cfg->cluster_self != NULL || cfg->cluster_secret != NULL)
+            fail_at(ctx, line_of(ctx, "cluster", cfg->cluster_self != NULL ? "self" : "secret"),
+                    "[cluster] nodes is empty: self and secret are for a cluster (set nodes, or "
+                    "remove them)");
+        return;
+    }
+    char err[CONFIG_MSG_MAX];
+    if (cluster_parse(&cfg->cluster, cfg->cluster_nodes, cfg->cluster_self, cfg->cluster_secret,
+                      err, sizeof(err)) < 0) {
+        const char *key = strncmp(err, "[cluster] self", 14) == 0     ? "self"
+                          : strncmp(err, "[cluster] secret", 16) == 0 ? "secret"
+                                                                      : "nodes";
+        int line = line_of(ctx, "cluster", key);
+        fail_at(ctx, line != 0 ? line : line_of(ctx, "cluster", "nodes"), "%s", err);
+        return;
+    }
+    const struct cluster_node *me = &cfg->cluster.nodes[cfg->cluster.self];
+    if (!listens_on(cfg, &me->sa)) {
+        fail_at(ctx, line_of(ctx, "cluster", "self"),
+                "[cluster] self: %s is not one of [server] listen (the other nodes connect to it)",
+                me->addr);
+        return;
+    }
+    cfg->has_cluster = true;
+}
+
 /* Checks that involve several keys or the absence of one. */
 static void check_whole(struct load_ctx *ctx)
 {
@@ -1342,6 +1424,8 @@ static int load_text(const char *name, const char *text, struct config **out, ch
     }
     if (!ctx.failed)
         check_whole(&ctx);
+    if (!ctx.failed)
+        check_cluster(&ctx);
     if (ctx.failed) {
         set_err(err, errlen, name, ctx.err_line, ctx.err);
         config_free(&ctx.cfg);
@@ -1425,6 +1509,9 @@ void config_free(struct config **cfg)
     config_rules_free(c);
     free(c->cache_domains);
     free(c->tls_access);
+    free(c->cluster_nodes);
+    free(c->cluster_self);
+    free(c->cluster_secret);
     free(c->access_log);
     free(c->error_log);
     free(c->path);
@@ -1573,6 +1660,15 @@ static bool keep_path(struct config *n, const struct config *o, const struct cfg
     return true;
 }
 
+/* A [cluster] string, and with it the cluster parsed from the running three. */
+static bool keep_cluster(struct config *n, const struct config *o, const struct cfg_key *key)
+{
+    bool changed = keep_path(n, o, key);
+    n->has_cluster = o->has_cluster;
+    n->cluster = o->cluster;
+    return changed;
+}
+
 static cfg_keep_fn *keep_fn_of(const struct cfg_key *key)
 {
     static const struct {
@@ -1585,6 +1681,7 @@ static cfg_keep_fn *keep_fn_of(const struct cfg_key *key)
         {parse_addr_opt, keep_addr_opt}, {parse_hostport_opt, keep_hostport_opt},
         {parse_dirs, keep_dirs},         {parse_dns, keep_dns},
         {parse_path_opt, keep_path},     {parse_path, keep_path},
+        {parse_cluster, keep_cluster},
     };
 
     for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
@@ -1696,4 +1793,7 @@ void config_summary(const struct config *cfg, char *buf, size_t len)
         append_hostport(buf, len, &off, &cfg->override, 0);
     else
         append(buf, len, &off, "none");
+    if (cfg->has_cluster)
+        append(buf, len, &off, "; cluster of %u nodes, self %s", cfg->cluster.n,
+               cfg->cluster.nodes[cfg->cluster.self].addr);
 }

@@ -44,8 +44,8 @@ import sys
 # line its role allows (access, the access log, needs only log and config, so it is base; tlsrelay
 # needs no cache and sits beside conn as the other client-side relay; main wires everything).
 LAYERS = """
-base:      util stats config buf log access live
-protocol:  httpdate http1 cluster adminauth objhead range multipart precond forward chunkfile ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
+base:      util cluster stats config buf log access live
+protocol:  httpdate http1 adminauth objhead range multipart precond forward chunkfile ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
 origin:    resolver upool upstream
 core:      cache
 fill:      fetch

@@ -1350,6 +1350,74 @@ static void test_config_reload_keeps_every_fixed_key_in_file_order(void **state)
     config_free(&cur);
 }
 
+/* [cluster]: parsed with its self among listen; each refusal at its line; kept on a reload. */
+static void test_config_cluster(void **state)
+{
+    (void)state;
+    static const char base[] = "[server]\nlisten = 0.0.0.0:80\n[cluster]\n";
+    char text[512];
+    snprintf(text, sizeof(text),
+             "%snodes = 10.0.0.12:80, 10.0.0.11:80\nself = 10.0.0.11:80\n"
+             "secret = a-secret-of-sixteen\n",
+             base);
+    struct config *cur = load_ok(text);
+    assert_true(cur->has_cluster);
+    assert_int_equal(cur->cluster.n, 2);
+    assert_int_equal(cur->cluster.self, 0);
+    assert_string_equal(cur->cluster.nodes[1].addr, "10.0.0.12:80");
+    struct config *none = load_ok("[server]\nlisten = 0.0.0.0:80\n");
+    assert_false(none->has_cluster);
+    assert_null(none->cluster_nodes);
+
+    load_err("[server]\nlisten = 0.0.0.0:80\n[cluster]\nself = 10.0.0.11:80\n",
+             "t.ini:4: [cluster] nodes is empty: self and secret are for a cluster (set nodes, "
+             "or remove them)");
+    snprintf(text, sizeof(text),
+             "%snodes = 10.0.0.12:80, 10.0.0.11:80\nself = 10.0.0.13:80\n"
+             "secret = a-secret-of-sixteen\n",
+             base);
+    load_err(text, "t.ini:5: [cluster] self: 10.0.0.13:80 is not one of [cluster] nodes");
+    snprintf(text, sizeof(text),
+             "%snodes = 10.0.0.12:80, 10.0.0.11:80\nself = 10.0.0.11:80\n"
+             "secret = short\n",
+             base);
+    load_err(text, "t.ini:6: [cluster] secret: 16 to 256 characters, the same on every node "
+                   "(have 5)");
+    snprintf(text, sizeof(text),
+             "%snodes = 10.0.0.12:80 10.0.0.11\nself = 10.0.0.11:80\n"
+             "secret = a-secret-of-sixteen\n",
+             base);
+    load_err(text, "t.ini:4: [cluster] nodes: \"10.0.0.11\" is not an address and port (ip:port "
+                   "or [ip6]:port)");
+    /* self must be where this node listens */
+    load_err("[server]\nlisten = 127.0.0.1:8080\n[cluster]\nnodes = 10.0.0.12:80, 10.0.0.11:80\n"
+             "self = 10.0.0.11:80\nsecret = a-secret-of-sixteen\n",
+             "t.ini:5: [cluster] self: 10.0.0.11:80 is not one of [server] listen (the other "
+             "nodes connect to it)");
+    struct config *exact = load_ok("[server]\nlisten = 10.0.0.11:80\n[cluster]\n"
+                                   "nodes = 10.0.0.12:80, 10.0.0.11:80\nself = 10.0.0.11:80\n"
+                                   "secret = a-secret-of-sixteen\n");
+    assert_true(exact->has_cluster);
+
+    /* A reload keeps the running cluster, all of it. */
+    snprintf(text, sizeof(text),
+             "%snodes = 10.0.0.12:80, 10.0.0.11:80, 10.0.0.13:80\nself = 10.0.0.11:80\n"
+             "secret = another-secret-16\n",
+             base);
+    struct config *next = load_ok(text);
+    assert_int_equal(next->cluster.n, 3);
+    assert_int_equal(config_keep_fixed(next, cur, NULL, NULL), 2);
+    assert_int_equal(next->cluster.n, 2);
+    assert_string_equal(next->cluster_nodes, "10.0.0.12:80, 10.0.0.11:80");
+    assert_string_equal(next->cluster_secret, "a-secret-of-sixteen");
+    assert_memory_equal(next->cluster.secret, "a-secret-of-sixteen", 19);
+    assert_int_equal(config_keep_fixed(next, cur, NULL, NULL), 0);
+    config_free(&next);
+    config_free(&exact);
+    config_free(&none);
+    config_free(&cur);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1413,6 +1481,7 @@ int main(void)
             test_config_reload_keeping_chunk_size_refuses_a_memory_size_too_small_for_it),
         cmocka_unit_test(test_config_reload_takes_a_live_key),
         cmocka_unit_test(test_config_reload_keeps_every_fixed_key_in_file_order),
+        cmocka_unit_test(test_config_cluster),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
