@@ -199,6 +199,16 @@ bool cache_chunk_is_loading(const struct chunk *ck);
 /* Whether a fill was started for it (a request that started it and sends no bytes is a MISS). */
 bool cache_chunk_is_miss(const struct chunk *ck);
 /*
+ * <ck> (FILLING) is being filled from the cluster node that owns it (<remote>), or from the
+ * origin after all (not <remote>): a remote chunk is kept in memory like any other, but never
+ * written to disk (its file is the owner's). <owner_hit>: the owner had its bytes (its answer said
+ * HIT), so none of them is a miss here either. Once sealed and left by every reader of its fill,
+ * all of a remote chunk's bytes count as delivered (the owner holds them all): later readers here
+ * are hits.
+ */
+void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit);
+bool cache_chunk_is_remote(const struct chunk *ck);
+/*
  * Hit and miss per byte: a byte fetched from the origin is a miss the first time it is delivered
  * to any client, a hit every later time (every copy of the chunk's bytes shares one account; a
  * chunk file of an earlier run counts as delivered). Records that a reader has sent chunk bytes

@@ -28,6 +28,8 @@ struct origin_req {
                            lines, at most FWD_FILL_FIELDS_MAX bytes), may be NULL */
     size_t fields_len;
     bool hide_etag; /* a hide_etag rule (config.h): the ETag is not stored, nor compared */
+    bool from_peer; /* a cluster peer's request (peers.h): its fills go to the origin, never to
+                       another node, whoever owns the chunks */
 };
 
 /* A copy of <o> in one allocation (strings NUL-terminated): free() it. */

@@ -63,6 +63,8 @@
       "client connections lost mid-response")                                                      \
     X(forbidden, counter, "errors_total", "forbidden", "requests refused as not allowed (403)")    \
     X(loops, counter, "errors_total", "loop", "requests refused as loops (508)")                   \
+    X(cluster_peer_refused, counter, "errors_total", "peer_refused",                               \
+      "requests with a cluster peer credential that fails (403)")                                  \
     X(fetches, counter, NULL, NULL,                                                                \
       "cache fills started (one upstream request for a run of chunks)")                            \
     X(fetch_resumed, counter, NULL, NULL, "cache fills resumed after an origin fault mid-body")    \
@@ -73,6 +75,10 @@
       "runs cut so that a reader deep inside gets its own fetch")                                  \
     X(fetch_two_part, counter, NULL, NULL,                                                         \
       "chunks filled in two parts for a reader starting deep inside")                              \
+    X(fetch_peer, counter, NULL, NULL,                                                             \
+      "cache fills asked of the cluster node that owns their chunks")                              \
+    X(fetch_peer_fallback, counter, NULL, NULL,                                                    \
+      "cache fills that went on to the next node or the origin after their node failed")           \
     X(answers_shared, counter, NULL, NULL,                                                         \
       "requests answered from an uncacheable origin answer shared by the waiters of one fill")     \
     X(answer_fallbacks, counter, NULL, NULL,                                                       \

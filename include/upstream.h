@@ -79,6 +79,9 @@ struct upstream_req {
     const char *head;          /* request head bytes to send (copied) */
     size_t head_len;
     enum h1_method method; /* GET or HEAD: decides whether a body follows */
+    /* Where its connections come from (copied; the port is ignored): a cluster node's requests
+     * to its peers leave from its own node address. NULL: wherever the kernel chooses. */
+    const struct sockaddr_storage *src;
 };
 
 /* Starts the request. Never NULL. <pool> and <sink> are borrowed and must outlive it. */

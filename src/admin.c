@@ -29,6 +29,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include "inventory.h"
 #include "live.h"
 #include "log.h"
+#include "peers.h"
 #include "server.h"
 #include "stats.h"
 #include "util.h"
@@ -608,6 +610,63 @@ static void on_export_sample(const char *label_value, uint64_t value, void *arg)
     mw_sample(arg, label_value, value);
 }
 
+/* The cluster's peers (peers.h), one family per counter, labelled by the peer's address: only
+ * with a [cluster]. */
+static const struct {
+    const char *name, *type, *help;
+    size_t off;
+} peer_families[] = {
+    {"cluster_peer_up", "gauge", "1 while the peer answers its heartbeats with our digest",
+     offsetof(struct peers_info, up)},
+    {"cluster_peer_disagrees", "gauge",
+     "1 while the peer's chunk size, node list or secret differs from ours (never used)",
+     offsetof(struct peers_info, disagrees)},
+    {"cluster_peer_requests_total", "counter", "fills asked of the peer (it owns their chunks)",
+     offsetof(struct peers_info, requests)},
+    {"cluster_peer_hits_total", "counter", "of them, answered HIT by the peer",
+     offsetof(struct peers_info, requests_hit)},
+    {"cluster_peer_bytes_asked_total", "counter",
+     "body bytes the peer sent this node for its clients",
+     offsetof(struct peers_info, bytes_asked)},
+    {"cluster_peer_bytes_served_total", "counter",
+     "body bytes this node sent the peer for the peer's clients",
+     offsetof(struct peers_info, bytes_served)},
+    {"cluster_peer_failures_total", "counter",
+     "requests to the peer (fills, heartbeats) that failed", offsetof(struct peers_info, failures)},
+    {"cluster_peer_purges_total", "counter", "purges sent on to the peer and done there",
+     offsetof(struct peers_info, purges_sent)},
+    {"cluster_peer_purge_failures_total", "counter", "purges sent on to the peer and not done",
+     offsetof(struct peers_info, purges_failed)},
+};
+
+struct peer_export {
+    struct mw *w;
+    size_t fam;
+};
+
+static void on_export_peer(const struct peers_info *pi, void *arg)
+{
+    struct peer_export *pe = arg;
+    const char *p = (const char *)pi + peer_families[pe->fam].off;
+    uint64_t v;
+    if (pe->fam < 2)
+        v = *(const bool *)p ? 1 : 0;
+    else
+        memcpy(&v, p, sizeof(v));
+    mw_sample(pe->w, pi->addr, v);
+}
+
+static void export_peers(struct mw *w)
+{
+    if (peers_cluster() == NULL)
+        return;
+    for (size_t i = 0; i < ARRAY_SIZE(peer_families); i++) {
+        mw_family(w, peer_families[i].name, peer_families[i].type, peer_families[i].help, "peer");
+        struct peer_export pe = {w, i};
+        peers_foreach(on_export_peer, &pe);
+    }
+}
+
 /* ---- connections --------------------------------------------------------------------------- */
 
 struct admin_conn {
@@ -807,6 +866,7 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
     }
     log_info("admin#%u %s: PURGE [%s] %.*s: %d chunks removed", c->id, c->peer, ident, (int)plen,
              path, n);
+    peers_purge_all(ident, path, plen); /* (every node of a cluster: it may be anywhere) */
     respond_text(c, req, 200, NULL, false, "purged %d\n", n);
 }
 
@@ -1029,6 +1089,7 @@ static void handle_request(struct admin_conn *c, const char *h, const struct h1_
         bool prom = path_is(h, req, "/metrics");
         mw_begin(&w, &body, prom ? MFMT_PROM : MFMT_JSON);
         stats_export(on_export_family, on_export_sample, &w);
+        export_peers(&w);
         mw_finish(&w);
         respond(c, req, 200, prom ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
                 NULL, body.p, body.len, head);

@@ -445,11 +445,16 @@ void cache_chunk_unref(struct chunk **ckp)
          * go on. */
         if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->data != NULL)
             mem_notify(ck->cache);
+        /* A chunk passed on from its owner, whose fill's readers are all done: its owner has
+         * every byte of it, so a later delivery here is a hit whether or not this node sent
+         * that byte before (another node may have). */
+        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->remote)
+            cache_seen_unref(&ck->seen);
         return;
     }
     ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);
     /* Evicted before all its bytes were delivered: a later load of its file takes the record. */
-    if (ck->seen != NULL && ck->evicted && ck->state == CHUNK_S_SEALED &&
+    if (ck->seen != NULL && ck->evicted && ck->state == CHUNK_S_SEALED && !ck->remote &&
         !cache_seen_is_complete(ck->seen, ck->cap))
         cache_seen_tab_keep(&ck->cache->seen, ck->seen);
     cache_seen_unref(&ck->seen);
@@ -1381,7 +1386,8 @@ void cache_chunk_seal(struct chunk *ck)
     ck->filler = NULL;
     if (ck->in_table) {
         ring_add(c, ck);
-        disk_store(c, ck); /* not a chunk purged, replaced or of an old version meanwhile */
+        if (!ck->remote)       /* (a chunk of another node's: its file is the owner's) */
+            disk_store(c, ck); /* not a chunk purged, replaced or of an old version meanwhile */
     }
     chunk_notify(ck);
 }
@@ -1544,6 +1550,24 @@ void cache_chunk_set_filler(struct chunk *ck, void *fill)
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ASSERT(fill == NULL || ck->state == CHUNK_S_FILLING);
     ck->filler = fill;
+}
+
+void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    ASSERT(ck->state == CHUNK_S_FILLING);
+    ck->remote = remote;
+    if (remote && owner_hit) {
+        /* The owner had them: every byte is a hit, here as there. */
+        ck->started_by_fetch = false;
+        cache_seen_unref(&ck->seen);
+    }
+}
+
+bool cache_chunk_is_remote(const struct chunk *ck)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    return ck->remote;
 }
 
 int cache_chunk_origin_status(const struct chunk *ck)

@@ -133,6 +133,7 @@ struct chunk {
      * same bytes, see cache_seen.c); NULL: all of them (a file of an earlier run). */
     struct chunk_seen *seen;
     bool evicted;          /* left the table by eviction (its record is kept for its file) */
+    bool remote;           /* filled from the cluster node that owns it: memory only, no file */
     struct answer *answer; /* ref: the origin's answer it failed with (CHUNK_FAIL_PASS) */
 };
 

@@ -50,12 +50,15 @@
 #include "access.h"
 #include "admit.h"
 #include "buf.h"
+#include "cache.h"
+#include "cluster.h"
 #include "config.h"
 #include "forward.h"
 #include "http1.h"
 #include "httpdate.h"
 #include "live.h"
 #include "log.h"
+#include "peers.h"
 #include "stats.h"
 #include "util.h"
 
@@ -174,7 +177,8 @@ static struct access_str field_str(const struct conn *c, const char *name)
 void conn_live_account(struct conn *c, bool all)
 {
     uint64_t bytes = c->body_bytes - c->live_bytes;
-    if (!c->proxied || c->ident == NULL || bytes == 0 || (!all && bytes < CONN_LIVE_STEP))
+    if (!c->proxied || c->ident == NULL || bytes == 0 || (!all && bytes < CONN_LIVE_STEP) ||
+        c->from_peer > 0) /* (a node's clients are counted on that node) */
         return;
     live_account(c->ident, strlen(c->ident), c->peer_ip, bytes, c->hit_bytes - c->live_hit);
     c->live_bytes = c->body_bytes;
@@ -188,6 +192,8 @@ static void log_access(struct conn *c)
         return;
     c->logged = true;
     conn_live_account(c, true);
+    if (c->from_peer > 0)
+        peers_count_served(c->from_peer - 1, c->body_bytes);
     static const char *const protos[] = {"HTTP/1.0", "HTTP/1.1"};
     char uri[H1_MAX_TARGET + 2];
     struct access_entry e;
@@ -337,6 +343,93 @@ void conn_local_response(struct conn *c, int status, bool close_after, const cha
     conn_response_done(c);
 }
 
+/* A copy of span <s> of the request head, NUL-terminated (free() it). */
+static char *span_dup(const struct conn *c, struct h1_span s)
+{
+    return xstrndup(c->req_head + s.off, s.len);
+}
+
+/*
+ * The request's X-Cacheparty-Peer credential (cluster.h), checked against the connection's
+ * source address, the clock and the request's method, Host, target and Range: sets
+ * c->from_peer when it holds. Returns false when the request was refused (403, answered here,
+ * with X-Cacheparty-Peer-Refused so that the sending node tells it from an origin's 403).
+ * Without a credential, or without a cluster, nothing.
+ */
+static bool check_peer(struct conn *c)
+{
+    const struct cluster *cl = peers_cluster();
+    const struct h1_field *cred =
+        h1_find(c->req_head, c->req.fields, c->req.n_fields, "X-Cacheparty-Peer");
+    c->from_peer = 0;
+    if (cred == NULL || cl == NULL)
+        return true;
+    const struct h1_field *host = h1_find(c->req_head, c->req.fields, c->req.n_fields, "Host");
+    const struct h1_field *range = h1_find(c->req_head, c->req.fields, c->req.n_fields, "Range");
+    char *m = span_dup(c, c->req.method_s);
+    char *hv = host != NULL ? span_dup(c, host->value) : xstrdup("");
+    char *t = span_dup(c, c->req.target);
+    char *rv = range != NULL ? span_dup(c, range->value) : NULL;
+    unsigned from = 0;
+    enum cluster_verdict v = cluster_verify(cl, c->req_head + cred->value.off, cred->value.len,
+                                            (const struct sockaddr *)&c->peer_sa,
+                                            (int64_t)ev_now(c->ctx->loop), m, hv, t, rv, &from);
+    free(m);
+    free(hv);
+    free(t);
+    free(rv);
+    if (v == CLUSTER_PEER_OK) {
+        c->from_peer = from + 1;
+        return true;
+    }
+    log_warn("conn#%u %s: peer request refused: its credential fails (%s)", c->id, c->peer,
+             cluster_verdict_name(v));
+    g_stats.cluster_peer_refused++;
+    char extra[96];
+    snprintf(extra, sizeof(extra), "%s: %s\r\n", PEERS_REFUSED_FIELD, cluster_verdict_name(v));
+    conn_local_response(c, 403, false, extra);
+    return false;
+}
+
+/* Whether the request's method is <name>. */
+static bool method_is(const struct conn *c, const char *name)
+{
+    size_t n = strlen(name);
+    return c->req.method_s.len == n && memcmp(c->req_head + c->req.method_s.off, name, n) == 0;
+}
+
+/*
+ * A peer's PURGE (peers_purge_all: "PURGE <path>?identifier=<id>", credential held): the
+ * object's chunks here are removed; never sent on (the node that was asked sends it to all).
+ */
+static void peer_purge(struct conn *c)
+{
+    const char *h = c->req_head;
+    const char *q = h + c->req.path.off + c->req.path_only.len;
+    size_t qlen = c->req.path.len - c->req.path_only.len;
+    static const char pre[] = "?identifier=";
+    size_t plen = sizeof(pre) - 1;
+    bool ok =
+        qlen > plen && qlen - plen < 128 && memcmp(q, pre, plen) == 0 && c->req.path_only.len > 0;
+    for (size_t i = plen; ok && i < qlen; i++)
+        ok = (q[i] >= 'a' && q[i] <= 'z') || (q[i] >= 'A' && q[i] <= 'Z') ||
+             (q[i] >= '0' && q[i] <= '9') || q[i] == '.' || q[i] == '-' || q[i] == '_' ||
+             q[i] == ':';
+    if (!ok || c->ctx->cache == NULL) {
+        conn_local_response(c, 400, false, NULL);
+        return;
+    }
+    char ident[128];
+    snprintf(ident, sizeof(ident), "%.*s", (int)(qlen - plen), q + plen);
+    size_t klen;
+    char *key = cache_key_build(ident, h + c->req.path_only.off, c->req.path_only.len, &klen);
+    int n = cache_purge(c->ctx->cache, key, klen);
+    free(key);
+    log_info("conn#%u %s: peer's PURGE [%s] %.*s: %d chunks removed", c->id, c->peer, ident,
+             (int)c->req.path_only.len, h + c->req.path_only.off, n < 0 ? 0 : n);
+    conn_local_response(c, n < 0 ? 500 : 200, false, NULL);
+}
+
 /* Acts on a parsed request head held in c->req_head / c->req. */
 static void handle_request(struct conn *c)
 {
@@ -345,6 +438,8 @@ static void handle_request(struct conn *c)
     g_stats.requests++;
     c->head_req = req->method == H1_M_HEAD;
     c->keep_alive = req->keep_alive && g_cfg->keepalive_timeout_ms > 0;
+    if (!check_peer(c))
+        return;
 
     if (req->method == H1_M_CONNECT) {
         conn_local_response(c, 405, true, "Allow: GET, HEAD\r\n");
@@ -362,9 +457,20 @@ static void handle_request(struct conn *c)
         }
         if (close)
             c->keep_alive = false;
-        conn_local_response(
-            c, 204, close,
-            "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
+        /* In a cluster: with the node's agreement digest (peers.h), which tells nothing
+         * without the secret. */
+        char extra[160];
+        snprintf(extra, sizeof(extra),
+                 "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n%s%s%s%s",
+                 peers_cluster() != NULL ? PEERS_DIGEST_FIELD : "",
+                 peers_cluster() != NULL ? ": " : "", peers_digest(),
+                 peers_cluster() != NULL ? "\r\n" : "");
+        conn_local_response(c, 204, close, extra);
+        return;
+    }
+    if (c->from_peer > 0 && req->method == H1_M_OTHER && method_is(c, "PURGE") && !req->has_body &&
+        !req->has_te) {
+        peer_purge(c);
         return;
     }
     if (req->method == H1_M_OTHER) {
@@ -744,6 +850,7 @@ void conn_new(struct conn_ctx *ctx, int fd, const struct sockaddr_storage *peer)
     c->state = CONN_S_READ_HEAD;
     util_addr_text(peer, c->peer, sizeof(c->peer));
     util_addr_ip(peer, c->peer_ip, sizeof(c->peer_ip));
+    c->peer_sa = *peer;
     buf_alloc(&c->in, CONN_INBUF);
     c->idle_since = ev_now(ctx->loop);
     c->last_write = c->idle_since;

@@ -141,6 +141,7 @@ static void origin_of(struct conn *c, struct origin_req *o)
     o->processed_by = processed_by(c, &o->processed_by_len);
     o->fields = fill_fields(c, &o->fields_len);
     o->hide_etag = c->hide_etag;
+    o->from_peer = c->from_peer > 0;
 }
 
 /* Lets go of the current chunk, and of any wait on it (a wake may still be pending). */

@@ -81,7 +81,8 @@ struct conn {
     bool peer_fin;        /* the client's EOF was read (peer_eof is also set to stop reading) */
     char peer[64];
     char peer_ip[48];
-    struct conn *next, **pprev; /* all live conns */
+    struct sockaddr_storage peer_sa; /* the client's address */
+    struct conn *next, **pprev;      /* all live conns */
     struct conn *reap_next;
     struct conn *kick_next;
     bool kicked;
@@ -111,9 +112,10 @@ struct conn {
     int reval_upstream;       /* the origin's status for it (X-Upstream-Status); 0: none */
     char reval_etag[CHUNKFILE_ETAG_MAX + 1]; /* the stored validators it sends */
     char reval_lm[CHUNKFILE_LAST_MODIFIED_MAX + 1];
-    bool proxied;    /* went (or was going) upstream: has an identifier */
-    bool logged;     /* the access log line is written */
-    bool local_resp; /* answered by the proxy itself (cache status "-") */
+    unsigned from_peer; /* a cluster node's request (its credential held): 1 + its index; 0 */
+    bool proxied;       /* went (or was going) upstream: has an identifier */
+    bool logged;        /* the access log line is written */
+    bool local_resp;    /* answered by the proxy itself (cache status "-") */
     int status;
     enum fwd_body body; /* pass: framing towards the client */
     uint64_t body_bytes;

@@ -64,8 +64,10 @@
 #include "cache.h"
 #include "config.h"
 #include "log.h"
+#include "cluster.h"
 #include "objhead.h"
 #include "origin.h"
+#include "peers.h"
 #include "range.h"
 #include "resolver.h"
 #include "stats.h"
@@ -109,6 +111,7 @@ struct fetch {
     char *host;                        /* owns */
     char *authority;                   /* owns: the Host header value */
     uint16_t port;
+    char *target;   /* owns: the request target asked (path and query, from '/') */
     char *req_pre;  /* owns: request line and Host */
     char *req_post; /* owns: the fields after Range, and the blank line */
     struct sockaddr_storage
@@ -150,6 +153,9 @@ struct fetch {
     struct chunk *head_ck; /* ref: a chunk whose head part [0, head_off) is not asked yet */
     uint64_t head_off;
     struct answer *ans; /* ref: the answer being read to share or store (DRAIN_*, BUFFER) */
+    int peer;           /* the cluster node asked for the run (its index); -1: the origin */
+    bool from_peer;     /* filling a peer's request: from the origin, never from a node */
+    bool peer_hit;      /* the node's answer said HIT */
     uint64_t first;     /* the first object byte it was asked for (fetch_foreach) */
     double started_at;  /* ev_now at its start */
     double byte_at;     /* ev_now of its last body byte (started_at before the first) */
@@ -173,10 +179,10 @@ static bool fetch_next_ok(enum fetch_state from, enum fetch_state to)
     case FETCH_S_WAIT_HEAD: /* (a redirect followed at once, or a resumption asked again) */
         return to == FETCH_S_RESOLVE || to == FETCH_S_WAIT_HEAD || to == FETCH_S_BODY ||
                to == FETCH_S_DRAIN_PASS || to == FETCH_S_DRAIN_REDIRECT || to == FETCH_S_BUFFER;
-    case FETCH_S_BODY:
-        return to == FETCH_S_MEMORY || to == FETCH_S_WAIT_HEAD;
+    case FETCH_S_BODY: /* (RESOLVE: a node failed mid-body, the origin is asked for the rest) */
+        return to == FETCH_S_MEMORY || to == FETCH_S_WAIT_HEAD || to == FETCH_S_RESOLVE;
     case FETCH_S_MEMORY:
-        return to == FETCH_S_BODY || to == FETCH_S_WAIT_HEAD;
+        return to == FETCH_S_BODY || to == FETCH_S_WAIT_HEAD || to == FETCH_S_RESOLVE;
     case FETCH_S_DRAIN_PASS:
     case FETCH_S_BUFFER:
         return false;
@@ -334,6 +340,7 @@ static void fetch_free(struct fetch *f)
     n_fetches--;
     free(f->host);
     free(f->authority);
+    free(f->target);
     free(f->req_pre);
     free(f->req_post);
     free(f->location);
@@ -437,6 +444,9 @@ static bool two_part(const struct chunk *ck, uint64_t off);
 static void extend_run(struct fetch *f);
 static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, bool route);
 static void build_head(struct fetch *f, const struct origin_req *o);
+static void rebuild_head(struct fetch *f);
+static int route_of(const struct chunk *ck, bool from_peer);
+static void mark_remote(struct fetch *f);
 static void on_mem(struct chunk_waiter *w);
 
 /*
@@ -486,8 +496,6 @@ static bool follow_redirect(struct fetch *f)
     o.fields_len = f->fields ? strlen(f->fields) : 0;
     log_info("fetch#%u %s: redirected to http://%s%.*s (hop %u)", f->id, f->host, auth.ident,
              (int)plen, path, f->hops);
-    free(f->req_pre);
-    free(f->req_post);
     free(f->host);
     free(f->authority);
     f->host = xstrdup(auth.host);
@@ -628,6 +636,34 @@ static void start_answer(struct fetch *f, const char *buf, const struct h1_resp 
     fetch_set_state(f, st);
 }
 
+/*
+ * Node f->peer could not be asked (<why>: unreachable, refused, cut): it is marked down, and the
+ * fetch goes on from the byte reached towards the node that now owns the run's next chunk (the
+ * next of its rank), or the origin when that is this node. The node's answer so far, if any, is
+ * continued only with the same version (a resumption). Bounded: each call takes a node out.
+ */
+static void peer_fallback(struct fetch *f, const char *why)
+{
+    upstream_cancel(&f->up);
+    unsigned node = (unsigned)f->peer;
+    peers_failed(node, why);
+    g_stats.fetch_peer_fallback++;
+    const struct chunk *ck = NULL;
+    for (size_t i = f->cur; i < f->n && ck == NULL; i++)
+        ck = f->cks[i];
+    f->peer = ck != NULL ? route_of(ck, f->from_peer) : -1;
+    f->peer_hit = false;
+    ASSERT(f->peer != (int)node);
+    log_info("fetch#%u %s: node %s: %s: asking %s from byte %llu", f->id, f->host,
+             peers_cluster()->nodes[node].addr, why,
+             f->peer >= 0 ? peers_cluster()->nodes[f->peer].addr : "the origin",
+             (unsigned long long)f->pos);
+    mark_remote(f);
+    rebuild_head(f);
+    f->resumed = f->meta_known; /* (the same version, or nothing) */
+    fetch_route(f, f->host_is_ip);
+}
+
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
 {
     struct fetch *f = arg;
@@ -635,6 +671,20 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     struct cache_meta m;
     memset(&m, 0, sizeof(m));
     f->ans_status = resp->status;
+    if (f->peer >= 0) {
+        if (h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD) != NULL) {
+            peer_fallback(f, "it refused the request");
+            return;
+        }
+        /* The owner's hit or miss is this node's, and so is its origin's status. */
+        char v[16];
+        header_value(buf, resp, "X-Upstream-Cache-Status", v, sizeof(v));
+        f->peer_hit = strcmp(v, "HIT") == 0;
+        peers_count_request((unsigned)f->peer, f->peer_hit);
+        header_value(buf, resp, "X-Upstream-Status", v, sizeof(v));
+        if (v[0] >= '1' && v[0] <= '5' && strlen(v) == 3)
+            f->ans_status = atoi(v);
+    }
     bool meta_fits = f->hide_etag || header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     meta_fits &= header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
     meta_fits &= header_value(buf, resp, "Content-Type", m.content_type, sizeof(m.content_type));
@@ -666,7 +716,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         m.total = total;
         f->short_ans = b < want_end;
         f->ans_end = b;
-        norange_note(f, false);
+        if (f->peer < 0) /* (a node's answer tells nothing of the origin's ranges) */
+            norange_note(f, false);
     } else if (resp->status == 200 && resp->framing == H1_BODY_LENGTH &&
                resp->content_length > pos) {
         /* No range support: the whole object comes; our part of it, and every chunk after it
@@ -674,7 +725,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->whole_object = true;
         f->skip = pos;
         m.total = resp->content_length;
-        norange_note(f, true);
+        if (f->peer < 0)
+            norange_note(f, true);
         if (f->key == NULL) {
             const struct chunk *ck = f->cks[f->cur];
             size_t key_len;
@@ -686,7 +738,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     } else if (resp->status == 200 && resp->framing == H1_BODY_CHUNKED && !f->resumed) {
         /* No range support and no length: the whole object, read into memory (within
          * share_bound) and stored once its last chunk arrived (store_whole). */
-        norange_note(f, true);
+        if (f->peer < 0)
+            norange_note(f, true);
         cache_meta_clear(&f->meta);
         f->meta = m; /* (its length is known at the end) */
         /* Its fields, as for any stored answer; without them it is shared, never stored. */
@@ -703,8 +756,9 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         }
         start_answer(f, buf, resp, FETCH_S_BUFFER);
         return;
-    } else if (!f->resumed && (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
-                               resp->status == 307 || resp->status == 308)) {
+    } else if (!f->resumed && f->peer < 0 &&
+               (resp->status == 301 || resp->status == 302 || resp->status == 303 ||
+                resp->status == 307 || resp->status == 308)) {
         char loc[CHUNKFILE_KEY_MAX];
         header_value(buf, resp, "Location", loc, sizeof(loc));
         if (loc[0] == '\0')
@@ -740,6 +794,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
             goto fail;
         }
         fetch_set_state(f, FETCH_S_BODY);
+        mark_remote(f);
         return;
     }
     /* What is replayed on every answer of this version (objhead.h). */
@@ -764,6 +819,7 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     }
     if (rc < 0)
         goto fail;
+    mark_remote(f);
     release_head_part(f);
     return;
 pass:
@@ -828,6 +884,8 @@ static void extend_run(struct fetch *f)
         }
         cache_chunk_set_origin_status(ck, f->ans_status);
         cache_chunk_set_filler(ck, f);
+        if (f->peer >= 0)
+            cache_chunk_set_remote(ck, true, f->peer_hit);
         f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
         f->next_index++;
         f->last = start + cs - 1;
@@ -950,6 +1008,8 @@ static size_t sink_body(void *arg, const char *data, size_t len)
                 return taken; /* paused until memory frees */
             cache_chunk_commit(ck, f->pos - cstart, data + taken, n);
             f->flowing = true;
+            if (f->peer >= 0)
+                peers_count_asked((unsigned)f->peer, n);
         } else if (f->n - f->cur == 1 && !f->whole_object) {
             /* Failed by its other part's fetch, and nothing follows it in this run: stop. */
             upstream_cancel(&f->up);
@@ -1013,6 +1073,14 @@ static void sink_done(void *arg, enum up_err err)
         fetch_finish(f, CHUNK_FAIL_NONE);
         return;
     }
+    if (f->peer >= 0 && err != UP_OK &&
+        (!f->meta_known || err == UP_ERR_CONNECT || err == UP_ERR_CONNECT_TIMEOUT ||
+         err == UP_ERR_FIRST_BYTE_TIMEOUT)) {
+        /* The node did not answer (or not in time): the next node, or the origin. Cut
+         * mid-body, it is asked again (resumed below); if it is gone, that ends here. */
+        peer_fallback(f, upstream_strerror(err));
+        return;
+    }
     if (err == UP_OK && f->short_ans && f->pos == f->ans_end + 1 && f->cur < f->n) {
         /* A short 206, all of it in: the rest of the run from where it ended, as a resumption
          * (the same version, checked in sink_head) but not a fault (no attempt counted). */
@@ -1036,6 +1104,11 @@ static void sink_done(void *arg, enum up_err err)
         fetch_connect(f);
         return;
     }
+    if (f->peer >= 0 && f->cur < f->n) {
+        /* Cut again and again by the node: the origin (or the next node) for the rest. */
+        peer_fallback(f, err == UP_OK ? "short body" : upstream_strerror(err));
+        return;
+    }
     enum chunk_fail why = CHUNK_FAIL_ORIGIN;
     if (err == UP_ERR_CONNECT_TIMEOUT || err == UP_ERR_FIRST_BYTE_TIMEOUT ||
         err == UP_ERR_READ_TIMEOUT)
@@ -1051,17 +1124,25 @@ static const struct upstream_sink fetch_sink = {sink_head, sink_body, sink_done}
 
 static void fetch_connect(struct fetch *f)
 {
-    size_t cap = strlen(f->req_pre) + strlen(f->req_post) + 64;
+    size_t cap = strlen(f->req_pre) + strlen(f->req_post) + 64 + 20 + CLUSTER_PEER_MAX;
     char *head = xmalloc(cap);
     f->req_end = f->last;
-    int n = snprintf(head, cap, "%sRange: bytes=%llu-%llu\r\n%s", f->req_pre,
-                     (unsigned long long)f->pos, (unsigned long long)f->last, f->req_post);
+    char range[64], cred[CLUSTER_PEER_MAX] = "";
+    snprintf(range, sizeof(range), "bytes=%llu-%llu", (unsigned long long)f->pos,
+             (unsigned long long)f->last);
+    if (f->peer >= 0) /* (signed for this very request: method, Host, target and Range) */
+        cluster_sign(peers_cluster(), (int64_t)ev_now(fctx->loop), "GET", f->authority, f->target,
+                     range, cred, sizeof(cred));
+    int n =
+        snprintf(head, cap, "%sRange: %s\r\n%s%s%s%s", f->req_pre, range,
+                 cred[0] ? "X-Cacheparty-Peer: " : "", cred, cred[0] ? "\r\n" : "", f->req_post);
     ASSERT(n > 0 && (size_t)n < cap);
     struct upstream_req ur;
     memset(&ur, 0, sizeof(ur));
     ur.addrs = f->addrs; /* (upstream puts them in today's order: a resumption avoids the dead) */
     ur.n_addrs = f->n_addrs;
-    ur.resolver = fctx->resolver;
+    ur.resolver = f->peer >= 0 ? NULL : fctx->resolver; /* (a node's health is peers') */
+    ur.src = f->peer >= 0 ? peers_source() : NULL;
     ur.head = head;
     ur.head_len = (size_t)n;
     ur.method = H1_M_GET;
@@ -1105,24 +1186,75 @@ static void on_routed(void *arg, int err, const struct sockaddr_storage *addrs, 
 /*
  * The request head around its Range field: request line and Host before, the rest after
  * (User-Agent, the client's other fields a fill forwards, Accept-Encoding: identity so that the
- * stored body is one every client can read, and the X-LanCache-Processed-By chain with us).
+ * stored body is one every client can read, and the X-LanCache-Processed-By chain with us). To a
+ * cluster node (f->peer), the chain as the client sent it: the hop between nodes is not one of
+ * the chain's (a node's name in it is a loop, whichever node sees it).
  */
 static void build_head(struct fetch *f, const struct origin_req *o)
 {
-    size_t cap = o->path_len + strlen(o->authority) + 64;
-    f->req_pre = xmalloc(cap);
-    snprintf(f->req_pre, cap, "GET %s%.*s HTTP/1.1\r\nHost: %s\r\n",
-             o->path_len > 0 && o->path[0] == '/' ? "" : "/", (int)o->path_len, o->path,
-             o->authority);
+    size_t cap = o->path_len + 2;
+    char *target = xmalloc(cap);
+    snprintf(target, cap, "%s%.*s", o->path_len > 0 && o->path[0] == '/' ? "" : "/",
+             (int)o->path_len, o->path);
+    cap = strlen(target) + strlen(o->authority) + 64;
+    char *pre = xmalloc(cap);
+    snprintf(pre, cap, "GET %s HTTP/1.1\r\nHost: %s\r\n", target, o->authority);
     cap = o->ua_len + o->fields_len + o->processed_by_len + CONFIG_HOST_MAX + 96;
-    f->req_post = xmalloc(cap);
-    snprintf(f->req_post, cap,
-             "%s%.*s%s%.*sAccept-Encoding: identity\r\nX-LanCache-Processed-By: %.*s%s%s\r\n\r\n",
+    char *post = xmalloc(cap);
+    bool peer = f->peer >= 0, chain = o->processed_by_len > 0;
+    snprintf(post, cap, "%s%.*s%s%.*sAccept-Encoding: identity\r\n%s%.*s%s%s%s\r\n",
              o->user_agent ? "User-Agent: " : "", (int)o->ua_len,
              o->user_agent ? o->user_agent : "", o->user_agent ? "\r\n" : "", (int)o->fields_len,
-             o->fields ? o->fields : "", (int)o->processed_by_len,
-             o->processed_by ? o->processed_by : "", o->processed_by_len > 0 ? ", " : "",
-             g_cfg->hostname);
+             o->fields ? o->fields : "",
+             peer && !chain ? "" : "X-LanCache-Processed-By: ", (int)o->processed_by_len,
+             o->processed_by ? o->processed_by : "", chain && !peer ? ", " : "",
+             peer ? "" : g_cfg->hostname, peer && !chain ? "" : "\r\n");
+    free(f->target);
+    free(f->req_pre);
+    free(f->req_post);
+    f->target = target;
+    f->req_pre = pre;
+    f->req_post = post;
+}
+
+/* The head again from the fetch's own copies (its route changed: a node or the origin). */
+static void rebuild_head(struct fetch *f)
+{
+    struct origin_req o;
+    memset(&o, 0, sizeof(o));
+    o.authority = f->authority;
+    o.path = f->target;
+    o.path_len = strlen(f->target);
+    o.user_agent = f->ua;
+    o.ua_len = f->ua ? strlen(f->ua) : 0;
+    o.processed_by = f->processed_by;
+    o.processed_by_len = f->processed_by ? strlen(f->processed_by) : 0;
+    o.fields = f->fields;
+    o.fields_len = f->fields ? strlen(f->fields) : 0;
+    build_head(f, &o);
+}
+
+/*
+ * The cluster node to ask for chunk <ck> (peers.h): its owner among the nodes up, unless that is
+ * this node or the fill is a peer's request (never asked of a node again): -1, the origin.
+ */
+static int route_of(const struct chunk *ck, bool from_peer)
+{
+    const struct cluster *cl = peers_cluster();
+    if (cl == NULL || from_peer)
+        return -1;
+    size_t key_len;
+    const char *key = cache_chunk_key(ck, &key_len);
+    uint32_t owner = cluster_owner(cl, key, key_len, cache_chunk_index(ck), peers_live());
+    return owner == CLUSTER_NONE || owner == cl->self ? -1 : (int)owner;
+}
+
+/* The run's chunks from cur on (FILLING) are filled from f->peer's node, or from the origin. */
+static void mark_remote(struct fetch *f)
+{
+    for (size_t i = f->cur; i < f->n; i++)
+        if (f->cks[i] != NULL && cache_chunk_state(f->cks[i]) == CHUNK_S_FILLING)
+            cache_chunk_set_remote(f->cks[i], f->peer >= 0, f->peer_hit);
 }
 
 /* A new fetch, linked into the live list and counted; the caller fills in the rest. */
@@ -1132,6 +1264,7 @@ static struct fetch *fetch_alloc(void)
     f->magic = FETCH_MAGIC;
     f->id = ++fetch_next_id;
     f->started_at = f->byte_at = ev_now(fctx->loop);
+    f->peer = -1;
     ev_init(&f->memt, on_mem_timeout);
     f->next = fetches;
     if (fetches)
@@ -1143,9 +1276,10 @@ static struct fetch *fetch_alloc(void)
     return f;
 }
 
-/* A fetch of <cks>[0..n) from object byte <pos> to <last>, not started. */
+/* A fetch of <cks>[0..n) from object byte <pos> to <last>, not started, asking node <peer>
+ * (route_of), -1: the origin. */
 static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint64_t last,
-                               const struct origin_req *o)
+                               const struct origin_req *o, int peer)
 {
     ASSERT(n >= 1 && n <= CACHE_SPAN_MAX);
     struct fetch *f = fetch_alloc();
@@ -1158,6 +1292,10 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
     f->host_is_ip = o->host_is_ip;
     f->host = xstrdup(o->host);
     f->port = o->port;
+    f->peer = peer;
+    f->from_peer = o->from_peer;
+    if (peer >= 0)
+        g_stats.fetch_peer++;
     build_head(f, o);
     f->authority = xstrdup(o->authority);
     f->has_query = memchr(o->path, '?', o->path_len) != NULL;
@@ -1174,10 +1312,19 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
 void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
 {
     uint64_t cs = chunk_size(cks[0]);
-    struct fetch *f = fetch_new(cks, n, chunk_start(cks[0]), chunk_start(cks[n - 1]) + cs - 1, o);
-    for (size_t i = 0; i < n; i++)
-        cache_chunk_set_filler(cks[i], f);
-    fetch_route(f, o->host_is_ip);
+    /* In a cluster, one request per stretch of the run with one owner. */
+    for (size_t i = 0; i < n;) {
+        int peer = route_of(cks[i], o->from_peer);
+        size_t j = i + 1;
+        while (j < n && route_of(cks[j], o->from_peer) == peer)
+            j++;
+        struct fetch *f = fetch_new(cks + i, j - i, chunk_start(cks[i]),
+                                    chunk_start(cks[j - 1]) + cs - 1, o, peer);
+        for (size_t k = i; k < j; k++)
+            cache_chunk_set_filler(cks[k], f);
+        fetch_route(f, o->host_is_ip);
+        i = j;
+    }
 }
 
 /*
@@ -1209,8 +1356,12 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->followed = src->followed; /* (its request may be a redirect target's) */
     f->hide_etag = src->hide_etag;
     f->port = src->port;
+    f->target = xstrdup(src->target);
     f->req_pre = xstrdup(src->req_pre);
     f->req_post = xstrdup(src->req_post);
+    f->peer = src->peer;
+    f->from_peer = src->from_peer;
+    f->peer_hit = src->peer_hit;
     f->ua = src->ua ? xstrdup(src->ua) : NULL;
     f->processed_by = src->processed_by ? xstrdup(src->processed_by) : NULL;
     f->fields = src->fields ? xstrdup(src->fields) : NULL;
@@ -1289,7 +1440,8 @@ void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
         return;
     }
     uint64_t start = chunk_start(ck);
-    struct fetch *g = fetch_new(&ck, 1, start + off, start + chunk_size(ck) - 1, o);
+    struct fetch *g =
+        fetch_new(&ck, 1, start + off, start + chunk_size(ck) - 1, o, route_of(ck, o->from_peer));
     cache_chunk_set_filler(ck, g);
     start_head_part(ck, off, g, true);
 }
@@ -1300,6 +1452,12 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
 {
     ASSERT(f->rq == NULL);
     f->host_is_ip = host_is_ip;
+    if (f->peer >= 0) { /* a cluster node: its own address, none of the origin's checks */
+        f->addrs[0] = peers_cluster()->nodes[f->peer].sa;
+        f->n_addrs = 1;
+        fetch_connect(f);
+        return;
+    }
     f->n_addrs = 0; /* until routed (a redirect re-routes: fetch_split must not copy them) */
     fetch_set_state(f, FETCH_S_RESOLVE);
     f->rq = resolver_route(fctx->resolver, f->host, host_is_ip, f->port,

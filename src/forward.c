@@ -165,8 +165,9 @@ static const char *const never_filled[] = {
     /* what steers where or how the request is handled on the way */
     "Forwarded", "X-Original-URL", "X-Rewrite-URL", "X-HTTP-Method-Override", "X-HTTP-Method",
     "X-Method-Override", "Max-Forwards", "Expect"};
-static const char *const never_filled_prefix[] = {"If-", "Proxy-", "X-Forwarded-",
-                                                  "Sec-WebSocket-"};
+static const char *const never_filled_prefix[] = {
+    "If-", "Proxy-", "X-Forwarded-", "Sec-WebSocket-",
+    "X-Cacheparty-" /* a cluster's own: a peer credential is for the node it was sent to */};
 
 bool fwd_fill_forwards(const char *name, size_t len)
 {

@@ -36,6 +36,7 @@
 #include "lcimport.h"
 #include "live.h"
 #include "log.h"
+#include "peers.h"
 #include "resolver.h"
 #include "server.h"
 #include "stats.h"
@@ -327,6 +328,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     sd_notify_send("STOPPING=1");
     server_stop();
     admin_stop();
+    peers_stop();
     upool_drain(ctx.upool);
     conn_drain_all();
     tlsrelay_drain();
@@ -612,6 +614,7 @@ int main(int argc, char **argv)
     fctx.override_addr = ctx.override_addr;
     fctx.cache = ctx.cache;
     fetch_module_init(&fctx);
+    peers_start(loop, cfg->has_cluster ? &cfg->cluster : NULL, cache_chunk_size(ctx.cache));
     conn_module_init(&ctx);
     if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {
         fprintf(stderr, "cacheparty: %s\n", err);
@@ -686,6 +689,7 @@ int main(int argc, char **argv)
 out_modules:
     conn_module_fini();
     tlsrelay_fini();
+    peers_stop();
     fetch_cancel_all();
     cache_free(&ctx.cache);
     ASSERT(upstream_live() == 0 && cache_live_chunks() == 0 && answer_live() == 0);

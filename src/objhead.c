@@ -48,7 +48,7 @@ bool objhead_keeps(const char *name, size_t len)
         if (util_ieq(name, len, drop[i]))
             return false;
     return !has_prefix(name, len, "proxy-") && !has_prefix(name, len, "x-lancache-") &&
-           !has_prefix(name, len, "x-upstream-");
+           !has_prefix(name, len, "x-upstream-") && !has_prefix(name, len, "x-cacheparty-");
 }
 
 static struct objhead *alloc_head(size_t len)

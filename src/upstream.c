@@ -76,10 +76,12 @@ struct upstream {
     struct upool_wait wait;                            /* queued for a slot in WAIT_SLOT */
     struct sockaddr_storage addrs[UPSTREAM_MAX_TRIES]; /* where to connect, in order */
     size_t n_addrs;
-    size_t cur;                /* addrs[cur]: this attempt's address (origin's) */
-    struct resolver *resolver; /* borrows; NULL: no address health kept */
-    int fd;                    /* owns, -1 when none */
-    bool reused;               /* fd came from the idle pool */
+    size_t cur;                  /* addrs[cur]: this attempt's address (origin's) */
+    struct resolver *resolver;   /* borrows; NULL: no address health kept */
+    struct sockaddr_storage src; /* bound before connect when has_src */
+    bool has_src;
+    int fd;      /* owns, -1 when none */
+    bool reused; /* fd came from the idle pool */
     bool retried;
     bool got_bytes; /* any response byte seen on this fd */
     bool paused;    /* the sink took less than offered */
@@ -269,6 +271,17 @@ static void up_connect(struct upstream *up)
     up->reused = false;
     up->got_bytes = false;
     g_stats.upstream_conn_new++;
+    if (up->has_src && up->src.ss_family == addr->ss_family) {
+        /* (the port is chosen at connect: bind does not reserve one per address) */
+        setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+        if (bind(fd, (const struct sockaddr *)&up->src, alen) < 0) {
+            log_warn("up#%u: bind to the cluster address: %s", up->id, strerror(errno));
+            close_fd(up);
+            g_stats.upstream_err_connect++;
+            up_fail_later(up, UP_ERR_CONNECT);
+            return;
+        }
+    }
     if (connect(fd, (const struct sockaddr *)addr, alen) == 0) {
         up_connected(up);
     } else if (errno == EINPROGRESS) {
@@ -632,6 +645,14 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
     up->n_addrs = req->n_addrs < UPSTREAM_MAX_TRIES ? req->n_addrs : UPSTREAM_MAX_TRIES;
     memcpy(up->addrs, addrs, up->n_addrs * sizeof(addrs[0]));
     up->resolver = req->resolver;
+    if (req->src != NULL) {
+        up->src = *req->src;
+        up->has_src = true;
+        if (up->src.ss_family == AF_INET)
+            ((struct sockaddr_in *)&up->src)->sin_port = 0;
+        else if (up->src.ss_family == AF_INET6)
+            ((struct sockaddr_in6 *)&up->src)->sin6_port = 0;
+    }
     up->method = req->method;
     up->sink = sink;
     up->arg = arg;

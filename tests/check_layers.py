@@ -46,7 +46,7 @@ import sys
 LAYERS = """
 base:      util cluster stats config buf log access live
 protocol:  httpdate http1 adminauth objhead range multipart precond forward chunkfile ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
-origin:    resolver upool upstream
+origin:    resolver upool upstream peers
 core:      cache
 fill:      fetch
 client:    conn tlsrelay

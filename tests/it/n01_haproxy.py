@@ -72,7 +72,8 @@ def workload(tag):
 class Haproxy:
     """Debian's haproxy in the foreground from the shipped recipe, on loopback."""
 
-    def __init__(self, tmp, node_addrs, node_http_port, node_tls_port):
+    def __init__(self, tmp, node_addrs, node_http_port, node_tls_port, edit=None):
+        """edit: a function of the recipe's text (from defaults on) to the text run."""
         self.dir = os.path.join(tmp, "haproxy")
         os.makedirs(self.dir)
         self.port = H.free_port()
@@ -88,6 +89,8 @@ class Haproxy:
                                     "server cp%d %s:%d " % (i, addr, node_http_port))
             recipe = recipe.replace("server cp%d 10.0.0.1%d:443 " % (i, i),
                                     "server cp%d %s:%d " % (i, addr, node_tls_port))
+        if edit is not None:
+            recipe = edit(recipe)
         # Nothing of the shipped addresses left: the test reaches loopback only.
         addrs = set(re.findall(r"\b\d+\.\d+\.\d+\.\d+\b", recipe))
         assert all(a.startswith("127.") for a in addrs), addrs
