@@ -59,8 +59,9 @@ void inv_group_of_key(const char *key, size_t key_len, char *service, char *pref
 /* The id of group (<service>, <prefix>) (NUL-terminated; cut as inv_group_of_key cuts), made when
  * new: INV_OTHER when the table is full. Never 0. */
 uint32_t inv_intern(struct inventory *inv, const char *service, const char *prefix);
-/* How many groups inv_intern has made so far (a new one is not flagged: struct inv_group's flags
- * start false): unchanged means no group is new since. */
+/* How many times a group was made by inv_intern or began to hold chunks (inv_add to an empty
+ * one: a group interned while its chunk went away stays empty, unflagged, until then; struct
+ * inv_group's flags start false): unchanged means no group is new to inv_foreach since. */
 uint64_t inv_made(const struct inventory *inv);
 /* The id of that group, or 0 when there is none. */
 uint32_t inv_find(const struct inventory *inv, const char *service, const char *prefix);

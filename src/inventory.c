@@ -25,7 +25,7 @@ struct inventory {
     uint32_t live;       /* groups that hold something */
     uint32_t free_head;  /* freed ids (chained through hnext), INV_NIL: none */
     uint32_t *heads;     /* owns: [cap] hash chains of named groups, INV_NIL at the end */
-    uint64_t made;       /* groups inv_intern made (inv_made) */
+    uint64_t made;       /* groups made, or that began to hold chunks (inv_made) */
 };
 
 static void copy_cut(char *dst, size_t cap, const char *src, size_t len)
@@ -217,8 +217,10 @@ static struct inv_group *group_at(struct inventory *inv, uint32_t id)
 void inv_add(struct inventory *inv, uint32_t id, uint64_t bytes, uint64_t now_ms)
 {
     struct inv_group *g = group_at(inv, id);
-    if (!holds(g))
+    if (!holds(g)) {
         inv->live++;
+        inv->made++; /* (visible now: made, or interned earlier and empty until now) */
+    }
     g->chunks++;
     g->bytes += bytes;
     if (now_ms > g->last_ms)

@@ -152,8 +152,10 @@ class DashboardBrowser(H.CPTestCase):
         self.assertEqual(got["served"], hit + miss + st["response_bytes_total"]["bypass"])
         self.assertEqual(got["name"], H.DEFAULT_HOST)
         self.assertEqual((got["bytes"], got["shit"]), (4 * SIZE, 2 * SIZE))
-        self.assertTrue(self.b.js("return typeof window.Chart === 'function' && "
-                                  "document.getElementById('nochart').hidden"))
+        # (the chart library is a script of its own: loaded once the page is, maybe later)
+        self.b.wait_js("return typeof window.Chart === 'function' && "
+                       "document.getElementById('nochart').hidden", 20 * H.SLOW,
+                       "the chart library")
         self.b.wait_js("return document.getElementById('d_disk').dataset.value === '%d'"
                        % st["cache_bytes"]["disk"], 20 * H.SLOW, "the disk bytes of /status")
         self.shot("live")

@@ -85,13 +85,24 @@ static void test_totals_and_reuse(void **state)
     uint32_t a = inv_intern(inv, "steam", "/depot/1/");
     uint32_t b = inv_intern(inv, "steam", "/depot/2/");
     assert_true(a >= INV_FIRST && b >= INV_FIRST && a != b);
-    assert_int_equal(inv_made(inv), made + 2);
+    assert_true(inv_made(inv) > made);
+    made = inv_made(inv);
     assert_int_equal(inv_intern(inv, "steam", "/depot/1/"), a);
-    assert_int_equal(inv_made(inv), made + 2); /* found, not made */
+    assert_int_equal(inv_made(inv), made); /* found, not made */
     assert_int_equal(inv_find(inv, "steam", "/depot/2/"), b);
     assert_int_equal(inv_find(inv, "steam", "/depot/3/"), 0);
+    /* An interned group holding nothing is not seen by inv_foreach: the first chunk it gets
+     * makes it new to a walk (a purge flags it then), the next ones do not. */
+    struct seen s0 = {0, 0};
+    inv_foreach(inv, on_group, &s0);
     inv_add(inv, a, 1000, 50);
+    struct seen s1 = {0, 0};
+    inv_foreach(inv, on_group, &s1);
+    assert_int_equal(s1.n, s0.n + 1);
+    assert_true(inv_made(inv) > made);
+    made = inv_made(inv);
     inv_add(inv, a, 500, 40); /* an older time keeps the last use */
+    assert_int_equal(inv_made(inv), made);
     inv_add(inv, b, 7, 60);
     inv_add(inv, INV_UNREAD, 9, 0);
     inv_use(inv, a, 70);
@@ -110,9 +121,10 @@ static void test_totals_and_reuse(void **state)
     assert_null(inv_get(inv, b));
     assert_int_equal(inv_find(inv, "steam", "/depot/2/"), 0);
     assert_int_equal(inv_count(inv), 2);
+    made = inv_made(inv);
     uint32_t c = inv_intern(inv, "blizzard", "/tpr/wow/");
     assert_int_equal(c, b);
-    assert_int_equal(inv_made(inv), made + 3); /* a reused id is a new group too */
+    assert_true(inv_made(inv) > made); /* a reused id is a new group too */
     inv_add(inv, c, 3, 80);
     g = inv_get(inv, c);
     assert_string_equal(g->service, "blizzard");
