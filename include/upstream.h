@@ -80,7 +80,9 @@ struct upstream_req {
     size_t head_len;
     enum h1_method method; /* GET or HEAD: decides whether a body follows */
     /* Where its connections come from (copied; the port is ignored): a cluster node's requests
-     * to its peers leave from its own node address. NULL: wherever the kernel chooses. */
+     * to its peers leave from its own node address. NULL: wherever the kernel chooses. Such a
+     * request is not an origin's: it is not counted in upstream_requests nor upstream_bytes
+     * (peers.h counts it). */
     const struct sockaddr_storage *src;
 };
 

@@ -306,7 +306,8 @@ static void up_begin(struct upstream *up)
     if (!buf_is_alloc(&up->in)) /* not while queued for a slot: queued requests stay small */
         buf_alloc(&up->in, UP_INBUF);
     int fd = up->retried ? -1 : upool_take_idle(up->origin);
-    g_stats.upstream_requests++;
+    if (!up->has_src)
+        g_stats.upstream_requests++;
     if (fd >= 0) {
         up->fd = fd;
         up->reused = true;
@@ -456,7 +457,8 @@ static bool deliver(struct upstream *up, const char *data, size_t len, size_t *t
     up->in_cb--;
     ASSERT(n <= len);
     *taken = n;
-    g_stats.upstream_bytes += n;
+    if (!up->has_src) /* (a peer's bytes are not an origin's) */
+        g_stats.upstream_bytes += n;
     if (n < len)
         up->paused = true;
     return n == len;

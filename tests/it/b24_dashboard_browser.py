@@ -191,6 +191,42 @@ class DashboardBrowser(H.CPTestCase):
         self.assertIn("%d chunk files" % want[1], text)
         self.assert_depot_gone()
 
+    def test_cluster_section(self):
+        # A node of a cluster of two whose peer is up, beside a third listed but absent: the
+        # page shows each with its state and what was asked of it.
+        port = H.free_port()
+        nodes = "127.0.3.1:%d, 127.0.3.2:%d, 127.0.3.3:%d" % (port, port, port)
+        cl = {"nodes": nodes, "secret": "b24-cluster-secret-0123"}
+        self.start({"listen": "127.0.0.1:%d, 127.0.3.1:%d" % (H.free_port(), port)})
+        self.daemon.stop()
+        peer = H.Daemon(os.path.join(self._tmp, "peer"), {
+            "server": {"listen": "127.0.0.1:%d, 127.0.3.2:%d" % (H.free_port(), port),
+                       "hostname": "b24peer"},
+            "cluster": dict(cl, self="127.0.3.2:%d" % port)}, origin=self.origin)
+        self._daemons.append(peer)
+        self.daemon = self.start_daemon({
+            "server": {"admin_listen": "auto",
+                       "listen": "127.0.0.1:%d, 127.0.3.1:%d" % (H.free_port(), port)},
+            "cache": {"dir": self.cache_dir},
+            "cluster": dict(cl, self="127.0.3.1:%d" % port)}, origin=self.origin)
+        p = "/b24/cl/size/%d" % (3 * H.MIB)
+        H.wait_until(lambda: self.daemon.metrics().get(
+            'cacheparty_cluster_peer_up{peer="127.0.3.2:%d"}' % port) == 1, 20 * H.SLOW,
+            what="the peer up")
+        self.assertBody(self.get(p), p)
+        self.daemon.settle_fetches()
+        asked = self.daemon.metrics()[
+            'cacheparty_cluster_peer_bytes_asked_total{peer="127.0.3.2:%d"}' % port]
+        self.b.go(self.page_url())
+        rows = self.b.wait_js(
+            "const r = [...document.querySelectorAll('#peers tbody tr[data-peer]')];"
+            "return !document.getElementById('cluster').hidden && r.length === 2 ? "
+            "r.map(x => [x.dataset.peer, x.dataset.state, Number(x.dataset.asked)]) : null;",
+            20 * H.SLOW, "the cluster's nodes")
+        self.assertEqual(rows, [["127.0.3.2:%d" % port, "up", asked],
+                                ["127.0.3.3:%d" % port, "down", 0]])
+        self.shot("cluster")
+
     def test_token_off_loopback_and_no_chart_library(self):
         self.start({"admin_listen": "auto-any", "admin_token": TOKEN,
                     "dashboard_chart_js": os.path.join(self._tmp, "no-such-chart.js")})

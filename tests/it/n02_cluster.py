@@ -252,6 +252,9 @@ class Cluster(ClusterBase):
         self.run_set(items, self.random_nodes)
         self.assert_every_byte_once(unique)
         self.assertEqual(sorted(self.by_node), ["n1", "n2", "n3"], self.by_node)
+        # Each node's origin bytes are the origin's only (not what its peers sent it).
+        self.assertEqual(sum(d.metrics()["cacheparty_upstream_bytes_total"] for d in self.nodes),
+                         unique_bytes)
         # What a node passes on from an owner stays in its memory: the disks hold each chunk
         # once (each file a little larger than its bytes: its header).
         disk = [self.disk_bytes(d) for d in self.nodes]
