@@ -83,7 +83,10 @@ class Haproxy:
         recipe = text[text.index("\ndefaults\n"):]
         recipe = recipe.replace("bind 10.0.0.10:80\n", "bind 127.0.0.1:%d\n" % self.port)
         recipe = recipe.replace("bind 10.0.0.10:443\n", "bind 127.0.0.1:%d\n" % self.tls_port)
-        recipe = recipe.replace("check port 80 ", "check port %d " % node_http_port)
+        recipe = recipe.replace("tcp-check connect port 443\n",
+                                "tcp-check connect port %d\n" % node_tls_port)
+        recipe = recipe.replace("tcp-check connect port 80\n",
+                                "tcp-check connect port %d\n" % node_http_port)
         for i, addr in enumerate(node_addrs, 1):
             recipe = recipe.replace("server cp%d 10.0.0.1%d:80 " % (i, i),
                                     "server cp%d %s:%d " % (i, addr, node_http_port))
@@ -140,10 +143,11 @@ class Haproxy:
             out[(f[col["pxname"]], f[col["svname"]])] = f[col["status"]]
         return out
 
-    def wait_state(self, server, state, timeout=20):
+    def wait_state(self, server, state, timeout=20, backend=None):
         def ok():
             st = self.states()
-            return all(v == state for (px, sv), v in st.items() if sv == server)
+            return all(v == state for (px, sv), v in st.items()
+                       if sv == server and backend in (None, px))
         H.wait_until(ok, timeout * H.SLOW, interval=0.1,
                      what="haproxy: %s %s (%r)" % (server, state, self.states()))
 
@@ -342,6 +346,36 @@ class HaproxyFront(H.CPTestCase):
             if r.status == 200:
                 self.assertEqual(bytes(r.body), H.content(path, 0, 4096))
         self.assertEqual(statuses, {200, 508})
+
+    def test_spread_over_the_nodes(self):
+        # 2,000 Steam-style chunks of one depot set: each node fetches a third of them within
+        # 5 % (the ring's points decide, and they depend only on the server ids and weights:
+        # the same split on every run).
+        items = []
+        for i in range(2000):
+            path = "/n01s/depot/%d/chunk/%040x/size/%d" % (900 + i % 300, i * 7919 + 3, 16384)
+            items.append(("cache%d.steamcontent.com" % (i % 3 + 1), STEAM_UA, path, 16384, None))
+        self.run_set(items, clients=2)
+        self.settle()
+        share = {n: b / (2000 * 16384) for n, b in self.by_node.items()}
+        self.assertEqual(sorted(share), ["n1", "n2", "n3"])
+        for n, f in share.items():
+            self.assertLess(abs(f - 1 / 3), 0.05 / 3, share)
+
+    def test_tls_check_needs_the_relay(self):
+        # A node without a TLS relay is down for HTTPS only (HAProxy would else send it
+        # connections it refuses), and up again for it once it has one.
+        self.nodes[2].stop()
+        d = H.Daemon(self.node_dir(2), {
+            "server": {"listen": "127.0.0.1:%d, 127.0.3.3:%d" % (H.free_port(), self.http_port),
+                       "hostname": "n3"},
+            "upstream": {"override": self.origin.addr}}, origin=self.origin)
+        self._daemons.append(d)
+        self.front.wait_state("cp3", "DOWN", backend="cacheparty_tls")
+        self.front.wait_state("cp3", "UP", backend="cacheparty")
+        d.stop()
+        self.nodes[2] = self.start_node(2)
+        self.front.wait_state("cp3", "UP", backend="cacheparty_tls")
 
     def test_tls_through_the_front(self):
         hello = client_hello("cdn1.epicgames.com")
