@@ -121,6 +121,18 @@ int cluster_parse(struct cluster *out, const char *nodes, const char *self, cons
         }
         out->n++;
     }
+    /* A peer's credential is tied to its IP address, whatever port it connects from. */
+    for (unsigned i = 1; i < out->n; i++) {
+        struct cluster head = *out;
+        head.n = i;
+        int j = cluster_node_of(&head, (const struct sockaddr *)&out->nodes[i].sa, false);
+        if (j >= 0) {
+            snprintf(err, err_cap,
+                     "[cluster] nodes: %s and %s have the same address: nodes need one each",
+                     out->nodes[j].addr, out->nodes[i].addr);
+            return -1;
+        }
+    }
     if (out->n < 2) {
         snprintf(err, err_cap,
                  "[cluster] nodes: a cluster needs at least two nodes (leave it empty for one)");

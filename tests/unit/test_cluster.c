@@ -59,6 +59,8 @@ static void test_parse(void **state)
     parse_fails("10.0.0.1:80", "10.0.0.1:80", SECRET, "at least two");
     parse_fails("", "10.0.0.1:80", SECRET, "at least two");
     parse_fails("10.0.0.1:80 10.0.0.1:80", "10.0.0.1:80", SECRET, "twice");
+    parse_fails("10.0.0.1:80 10.0.0.2:80 10.0.0.1:81", "10.0.0.1:80", SECRET, "same address");
+    parse_fails("[::1]:80 [0:0::1]:81", "[::1]:80", SECRET, "same address");
     parse_fails("10.0.0.1:80 10.0.0.2", "10.0.0.1:80", SECRET, "not an address");
     parse_fails("10.0.0.1:80 cache.lan:80", "10.0.0.1:80", SECRET, "not an address");
     parse_fails("10.0.0.1:80 10.0.0.2:0", "10.0.0.1:80", SECRET, "not an address");
