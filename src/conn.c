@@ -382,8 +382,16 @@ static bool check_peer(struct conn *c)
         c->from_peer = from + 1;
         return true;
     }
-    log_warn("conn#%u %s: peer request refused: its credential fails (%s)", c->id, c->peer,
-             cluster_verdict_name(v));
+    /* (a node that disagrees sends its heartbeat every second: one line per 10 s at most) */
+    static ev_tstamp logged_at = -100;
+    ev_tstamp now = ev_now(c->ctx->loop);
+    if (now - logged_at >= 10) {
+        logged_at = now;
+        log_warn("conn#%u %s: peer request refused: its credential fails (%s; %llu refused so "
+                 "far)",
+                 c->id, c->peer, cluster_verdict_name(v),
+                 (unsigned long long)g_stats.cluster_peer_refused + 1);
+    }
     g_stats.cluster_peer_refused++;
     char extra[96];
     snprintf(extra, sizeof(extra), "%s: %s\r\n", PEERS_REFUSED_FIELD, cluster_verdict_name(v));

@@ -172,7 +172,8 @@ static void hb_result(struct peer *p, bool ok, const char *why)
     p->st.failures++;
     if (p->hb_other) {
         if (!p->disagrees)
-            log_warn("cluster: peer %s has another chunk size, node list or secret: not used",
+            log_warn("cluster: peer %s has another chunk size, node list or secret (its digest "
+                     "differs, or it refuses our credential): not used",
                      pcl->nodes[node].addr);
         p->disagrees = true;
         set_up(node, false, "it disagrees");
@@ -189,7 +190,11 @@ static void hb_head(void *arg, const char *buf, const struct h1_resp *resp)
     bool same = f != NULL && f->value.len == CLUSTER_MAC_HEX &&
                 memcmp(buf + f->value.off, digest, CLUSTER_MAC_HEX) == 0;
     p->hb_ok = resp->status == 204 && same;
-    p->hb_other = resp->status == 204 && !same;
+    /* Another digest, or our credential refused there (another secret or node list): the
+     * nodes disagree, which no retry mends. */
+    p->hb_other = (resp->status == 204 && !same) ||
+                  (resp->status == 403 &&
+                   h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD) != NULL);
 }
 
 static size_t hb_body(void *arg, const char *data, size_t len)

@@ -299,7 +299,7 @@ class Cluster(ClusterBase):
                                         .replace("    hash-type consistent\n", "", 1))
         self.addCleanup(front.stop)
         for i in range(3):
-            front.wait_state("cp%d" % (i + 1), "UP")
+            front.wait_state("cp%d" % (i + 1), "UP", backend="cacheparty")
         self.run_set(items, lambda s: (lambda avoid=None: front.port))
         self.assert_every_byte_once(unique)
         self.run_set(items, lambda s: (lambda avoid=None: front.port))

@@ -33,11 +33,12 @@
 #include "util.h"
 
 enum answer {
-    ANS_DIGEST, /* 204 with our digest */
-    ANS_OTHER,  /* 204 with another digest */
-    ANS_503,    /* 503 */
-    ANS_SILENT, /* nothing */
-    ANS_200,    /* 200 (a purge) */
+    ANS_DIGEST,  /* 204 with our digest */
+    ANS_OTHER,   /* 204 with another digest */
+    ANS_503,     /* 503 */
+    ANS_SILENT,  /* nothing */
+    ANS_200,     /* 200 (a purge) */
+    ANS_REFUSED, /* 403 with X-Cacheparty-Peer-Refused (another secret or node list there) */
 };
 
 struct node {
@@ -117,6 +118,11 @@ static void on_node_readable(struct ev_loop *loop, ev_io *w, int revents)
         break;
     case ANS_200:
         len = snprintf(out, sizeof(out), "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npurged 1\n");
+        break;
+    case ANS_REFUSED:
+        len = snprintf(out, sizeof(out),
+                       "HTTP/1.1 403 Forbidden\r\n%s: mac\r\nContent-Length: 0\r\n\r\n",
+                       PEERS_REFUSED_FIELD);
         break;
     case ANS_SILENT:
         n->in_len = 0;
@@ -279,6 +285,12 @@ static void test_other_digest_never_up(void **state)
     RUN_UNTIL(f, peer().disagrees);
     assert_false(peer().up);
     assert_int_equal(peers_live(), 1u);
+    /* Our credential refused there: it disagrees too (not merely down). */
+    f->node.ans = ANS_REFUSED;
+    unsigned fails = (unsigned)peer().failures;
+    RUN_UNTIL(f, peer().failures > fails);
+    assert_true(peer().disagrees);
+    assert_false(peer().up);
     /* It agrees again (a fixed config): up. */
     f->node.ans = ANS_DIGEST;
     RUN_UNTIL(f, peer().up);
