@@ -616,6 +616,16 @@ int main(int argc, char **argv)
     fetch_module_init(&fctx);
     peers_start(loop, cfg->has_cluster ? &cfg->cluster : NULL, cache_chunk_size(ctx.cache));
     conn_module_init(&ctx);
+    /* The signals first: one sent as soon as the port answers (a supervisor's reload, a test)
+     * is handled once the loop runs, not by its default action (SIGHUP would end the process). */
+    ev_signal_init(&sig_term, on_stop_signal, SIGTERM);
+    ev_signal_init(&sig_int, on_stop_signal, SIGINT);
+    ev_signal_init(&sig_hup, on_hup, SIGHUP);
+    ev_signal_init(&sig_usr1, on_usr1, SIGUSR1);
+    ev_signal_start(loop, &sig_term);
+    ev_signal_start(loop, &sig_int);
+    ev_signal_start(loop, &sig_hup);
+    ev_signal_start(loop, &sig_usr1);
     if (server_start(&ctx, cfg->listen, cfg->n_listen, err, sizeof(err)) < 0) {
         fprintf(stderr, "cacheparty: %s\n", err);
         goto out_modules;
@@ -658,14 +668,6 @@ int main(int argc, char **argv)
     snprintf(state_path, sizeof(state_path), "%s/cacheparty-live.state", cfg->dirs[0]);
     live_start(loop, state_path);
 
-    ev_signal_init(&sig_term, on_stop_signal, SIGTERM);
-    ev_signal_init(&sig_int, on_stop_signal, SIGINT);
-    ev_signal_init(&sig_hup, on_hup, SIGHUP);
-    ev_signal_init(&sig_usr1, on_usr1, SIGUSR1);
-    ev_signal_start(loop, &sig_term);
-    ev_signal_start(loop, &sig_int);
-    ev_signal_start(loop, &sig_hup);
-    ev_signal_start(loop, &sig_usr1);
     ev_prepare_init(&flush_logs, on_flush_logs);
     ev_prepare_start(loop, &flush_logs);
     ev_unref(loop);
@@ -676,10 +678,6 @@ int main(int argc, char **argv)
     rc = 0;
     log_info("cacheparty stopped");
 
-    ev_signal_stop(loop, &sig_term);
-    ev_signal_stop(loop, &sig_int);
-    ev_signal_stop(loop, &sig_hup);
-    ev_signal_stop(loop, &sig_usr1);
     ev_timer_stop(loop, &shutdown_timer);
     ev_ref(loop);
     ev_prepare_stop(loop, &flush_logs);
@@ -687,6 +685,10 @@ int main(int argc, char **argv)
     admin_stop();
     live_stop();
 out_modules:
+    ev_signal_stop(loop, &sig_term);
+    ev_signal_stop(loop, &sig_int);
+    ev_signal_stop(loop, &sig_hup);
+    ev_signal_stop(loop, &sig_usr1);
     conn_module_fini();
     tlsrelay_fini();
     peers_stop();
