@@ -85,7 +85,7 @@ static void on_node_readable(struct ev_loop *loop, ev_io *w, int revents)
         return;
     n->requests++;
     /* "METHOD TARGET HTTP/1.1", Host, X-Cacheparty-Peer */
-    char method[16], target[200], host[100] = "", cred[CLUSTER_PEER_MAX] = "";
+    char method[16], target[200], host[100] = "", cred[100] = "";
     assert_int_equal(sscanf(n->in, "%15s %199s", method, target), 2);
     snprintf(n->last_line, sizeof(n->last_line), "%s %s", method, target);
     if (strcmp(method, "PURGE") == 0)
