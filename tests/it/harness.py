@@ -27,6 +27,7 @@ smaller huge bodies), CP_KEEP_TMP=1 (keep temp dirs of failed tests).
 import collections
 import errno
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -902,6 +903,7 @@ class Daemon:
     """One cacheparty process. config: the rendered dict; port: its listen port."""
 
     _all = []
+    _notify_ids = itertools.count()
 
     def __init__(self, tmpdir, overrides=None, origin=None, dns=None, binary=None, env=None,
                  start=True):
@@ -919,6 +921,7 @@ class Daemon:
         self.port = None
         self.config = None
         self.admin_token = None
+        self._notify = None
         os.makedirs(os.path.join(tmpdir, "cache"), exist_ok=True)
         if start:
             self.start()
@@ -962,6 +965,14 @@ class Daemon:
             env = dict(os.environ)
             env.pop("NOTIFY_SOCKET", None)
             env.update(self.env or {})
+            # Started means READY=1 (every listener open, the admin one included), not just
+            # the first port answering: the harness listens for it unless the test does.
+            self._close_notify()
+            if "NOTIFY_SOCKET" not in env:
+                self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                name = "cp-test-%d-%d" % (os.getpid(), next(Daemon._notify_ids))
+                self._notify.bind("\0" + name)
+                env["NOTIFY_SOCKET"] = "@" + name
             self.proc = subprocess.Popen([self.binary, "-c", self.ini], stdin=subprocess.DEVNULL,
                                          stdout=self.logf, stderr=subprocess.STDOUT, env=env)
             Daemon._all.append(self)
@@ -975,6 +986,20 @@ class Daemon:
                     continue    # port grabbed by someone else between free_port() and bind
                 raise
 
+    def _close_notify(self):
+        if self._notify is not None:
+            self._notify.close()
+            self._notify = None
+
+    def _ready(self):
+        """READY=1 received on the harness's notify socket (blocks up to 0.1 s)."""
+        self._notify.settimeout(0.1)
+        try:
+            msg = self._notify.recv(4096).decode("utf-8", "replace")
+        except (socket.timeout, BlockingIOError):
+            return False
+        return "READY=1" in msg.split("\n")
+
     def _wait_listening(self, timeout):
         deadline = time.monotonic() + timeout
         while True:
@@ -983,6 +1008,13 @@ class Daemon:
                 self.rc = rc
                 raise DaemonError("daemon exited with %d during startup:\n%s"
                                   % (rc, self.log_tail()))
+            if self._notify is not None:
+                if self._ready():
+                    return
+                if time.monotonic() > deadline:
+                    raise DaemonError("daemon not ready (no READY=1) after %.0fs:\n%s"
+                                      % (timeout, self.log_tail()))
+                continue
             try:
                 s = socket.create_connection(("127.0.0.1", self.port), timeout=1)
                 s.close()
@@ -1008,6 +1040,7 @@ class Daemon:
         """Wait for exit; returns the exit code or None on timeout."""
         try:
             self.rc = self.proc.wait(timeout)
+            self._close_notify()
             return self.rc
         except subprocess.TimeoutExpired:
             return None
@@ -1035,6 +1068,7 @@ class Daemon:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.rc = self.proc.wait()
+            self._close_notify()
 
     def log(self):
         try:
