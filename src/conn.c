@@ -395,7 +395,9 @@ static bool check_peer(struct conn *c)
     g_stats.cluster_peer_refused++;
     char extra[96];
     snprintf(extra, sizeof(extra), "%s: %s\r\n", PEERS_REFUSED_FIELD, cluster_verdict_name(v));
-    conn_local_response(c, 403, false, extra);
+    /* A body (or a tunnel) is never read here: the connection closes after the answer, or the
+     * body would be read as the next request (another client's, behind a front that pools). */
+    conn_local_response(c, 403, c->req.has_body || c->req.method == H1_M_CONNECT, extra);
     return false;
 }
 
@@ -465,14 +467,15 @@ static void handle_request(struct conn *c)
         }
         if (close)
             c->keep_alive = false;
-        /* In a cluster: with the node's agreement digest (peers.h), which tells nothing
-         * without the secret. */
+        /* To a peer's heartbeat (its credential held): with the node's agreement digest
+         * (peers.h). Never to anyone else: a digest is an HMAC of guessable text, which would
+         * let a weak secret be guessed offline. */
+        bool digest = peers_cluster() != NULL && c->from_peer > 0;
         char extra[160];
         snprintf(extra, sizeof(extra),
                  "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n%s%s%s%s",
-                 peers_cluster() != NULL ? PEERS_DIGEST_FIELD : "",
-                 peers_cluster() != NULL ? ": " : "", peers_digest(),
-                 peers_cluster() != NULL ? "\r\n" : "");
+                 digest ? PEERS_DIGEST_FIELD : "", digest ? ": " : "", digest ? peers_digest() : "",
+                 digest ? "\r\n" : "");
         conn_local_response(c, 204, close, extra);
         return;
     }

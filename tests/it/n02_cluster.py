@@ -452,6 +452,57 @@ class Cluster(ClusterBase):
         self.assertEqual(self.nodes[0].metrics()['cacheparty_errors_total{kind="peer_refused"}'],
                          len(cases))
 
+    def test_refused_request_body_is_never_read_as_a_request(self):
+        # A refused credential on a request with a body: one answer, then the connection
+        # closes, the body unread (it would be the next request, another client's behind a
+        # front that pools its server connections).
+        smuggled = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: x\r\n\r\n"
+        c = H.Client(self.port, host=self.addrs[0], source="127.0.0.1")
+        try:
+            c.request("/n02s/x", method="POST", host="dl.n02.example",
+                      headers=[("X-Cacheparty-Peer", "1 2 3"),
+                               ("Content-Length", str(len(smuggled)))], body=smuggled)
+            r = c.read_response()
+            self.assertEqual((r.status, r.header("X-Cacheparty-Peer-Refused")), (403, "syntax"))
+            self.assertTrue(c.wait_closed())
+            self.assertEqual(list(c._ready), [])
+        finally:
+            c.close()
+
+    def test_digest_only_to_a_peer(self):
+        # The agreement digest is an HMAC of guessable text: a LAN client's heartbeat gets none,
+        # a signed one (a peer's) does.
+        r = self.get("/lancache-heartbeat", host="x", daemon=self.nodes[0])
+        self.assertEqual(r.status, 204)
+        self.assertIsNone(r.header("X-Cacheparty-Cluster"))
+        r = self.peer_get(0, 1, "/lancache-heartbeat", host="x")
+        self.assertEqual(r.status, 204)
+        self.assertRegex(r.header("X-Cacheparty-Cluster") or "", r"^[0-9a-f]{16,}$")
+
+    def test_peer_request_is_never_sent_on(self):
+        # A signed peer request to node 1 for chunks that other nodes own (of eight chunks, some
+        # are: the owners follow from the path): all eight filled from the origin by node 1
+        # itself, never asked of a node.
+        path = "/n02f/obj/size/%d" % (8 * MIB)
+        before = self.nodes[0].metrics()
+        for k in range(8):
+            r = self.peer_get(0, 1, path, rng="bytes=%d-%d" % (k * MIB, k * MIB + 9))
+            self.assertEqual((r.status, bytes(r.body)),
+                             (206, H.content(path, k * MIB, k * MIB + 10)))
+        self.settle()
+        self.assertEqual(set(self.by_node), {"n1"})
+        after = self.nodes[0].metrics()
+        asked = [k for k in after if k.startswith("cacheparty_cluster_peer_requests_total")]
+        self.assertEqual(len(asked), 2)
+        for k in asked:
+            self.assertEqual(after[k], before.get(k, 0), k)
+        # The whole object through node 2: the chunks node 1 owns come from node 1 (which has
+        # them), the others are filled by their owners now; so the eight were not all node 1's.
+        r = self.get(path, host="dl.n02.example", daemon=self.nodes[1])
+        self.assertEqual((r.status, bytes(r.body) == H.content(path, 0, 8 * MIB)), (200, True))
+        self.settle()
+        self.assertNotEqual(set(self.by_node), {"n1"})
+
     def test_owner_checks_admission(self):
         # Node 1 admits listed hosts only now; a peer's request for another is refused there,
         # credential or not.
