@@ -253,13 +253,27 @@ static void up_fail_later(struct upstream *up, enum up_err err)
     ev_timer_start(up->loop, &up->timer);
 }
 
+/* The origin counters (stats.h): a peer request's (a cluster node's, has_src) are not an
+ * origin's; the peers module counts those per peer. */
+static void up_count(const struct upstream *up, uint64_t *counter)
+{
+    if (!up->has_src)
+        (*counter)++;
+}
+
+static void up_uncount(const struct upstream *up, uint64_t *counter)
+{
+    if (!up->has_src)
+        (*counter)--;
+}
+
 static void up_connect(struct upstream *up)
 {
     const struct sockaddr_storage *addr = &up->addrs[up->cur];
     int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn("up#%u: socket: %s", up->id, strerror(errno));
-        g_stats.upstream_err_connect++;
+        up_count(up, &g_stats.upstream_err_connect);
         up_fail_later(up, UP_ERR_CONNECT);
         return;
     }
@@ -270,14 +284,14 @@ static void up_connect(struct upstream *up)
     up->fd = fd;
     up->reused = false;
     up->got_bytes = false;
-    g_stats.upstream_conn_new++;
+    up_count(up, &g_stats.upstream_conn_new);
     if (up->has_src && up->src.ss_family == addr->ss_family) {
         /* (the port is chosen at connect: bind does not reserve one per address) */
         setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
         if (bind(fd, (const struct sockaddr *)&up->src, alen) < 0) {
             log_warn("up#%u: bind to the cluster address: %s", up->id, strerror(errno));
             close_fd(up);
-            g_stats.upstream_err_connect++;
+            up_count(up, &g_stats.upstream_err_connect);
             up_fail_later(up, UP_ERR_CONNECT);
             return;
         }
@@ -291,7 +305,7 @@ static void up_connect(struct upstream *up)
         int e = errno; /* (refused or unreachable at once: loopback, no route) */
         log_debug("up#%u %s: connect: %s", up->id, upool_origin_name(up->origin), strerror(e));
         close_fd(up);
-        g_stats.upstream_err_connect++;
+        up_count(up, &g_stats.upstream_err_connect);
         if (!up_failover(up, strerror(e)))
             up_fail_later(up, UP_ERR_CONNECT); /* (the next address's connect ran already) */
         return;
@@ -306,13 +320,12 @@ static void up_begin(struct upstream *up)
     if (!buf_is_alloc(&up->in)) /* not while queued for a slot: queued requests stay small */
         buf_alloc(&up->in, UP_INBUF);
     int fd = up->retried ? -1 : upool_take_idle(up->origin);
-    if (!up->has_src)
-        g_stats.upstream_requests++;
+    up_count(up, &g_stats.upstream_requests);
     if (fd >= 0) {
         up->fd = fd;
         up->reused = true;
         up->got_bytes = false;
-        g_stats.upstream_conn_reused++;
+        up_count(up, &g_stats.upstream_conn_reused);
         up_set_state(up, UP_S_SENDING);
         up_timer_first_byte(up);
         update_io(up);
@@ -336,8 +349,8 @@ static bool up_retry(struct upstream *up)
         return false;
     log_debug("up#%u %s: pooled connection failed, retrying on a new one", up->id,
               upool_origin_name(up->origin));
-    g_stats.upstream_retries++;
-    g_stats.upstream_requests--; /* counted again by up_begin */
+    up_count(up, &g_stats.upstream_retries);
+    up_uncount(up, &g_stats.upstream_requests); /* counted again by up_begin */
     close_fd(up);
     up->retried = true;
     buf_reset(&up->in);
@@ -360,8 +373,8 @@ static bool up_failover(struct upstream *up, const char *why)
     util_addr_text(&up->addrs[up->cur + 1], next, sizeof(next));
     log_info("up#%u %s: connect: %s: trying %s (address %zu of %zu)", up->id,
              upool_origin_name(up->origin), why, next, up->cur + 2, up->n_addrs);
-    g_stats.upstream_connect_failover++;
-    g_stats.upstream_requests--; /* counted again by up_begin */
+    up_count(up, &g_stats.upstream_connect_failover);
+    up_uncount(up, &g_stats.upstream_requests); /* counted again by up_begin */
     close_fd(up);
     ev_timer_stop(up->loop, &up->timer);
     if (up->have_slot) {
@@ -376,7 +389,7 @@ static bool up_failover(struct upstream *up, const char *why)
         up->have_slot = true;
         up_begin(up);
     } else {
-        g_stats.upstream_queued++;
+        up_count(up, &g_stats.upstream_queued);
         up_set_state(up, UP_S_WAIT_SLOT);
         upool_wait(up->origin, &up->wait, on_slot);
         up_timer_first_byte(up);
@@ -388,9 +401,9 @@ static bool up_failover(struct upstream *up, const char *why)
 static void up_connect_failed(struct upstream *up, enum up_err err, const char *why)
 {
     if (err == UP_ERR_CONNECT_TIMEOUT)
-        g_stats.upstream_err_timeout++;
+        up_count(up, &g_stats.upstream_err_timeout);
     else
-        g_stats.upstream_err_connect++;
+        up_count(up, &g_stats.upstream_err_connect);
     if (!up_failover(up, why))
         up_finish(up, err);
 }
@@ -401,18 +414,18 @@ static void up_fail(struct upstream *up, enum up_err err)
         return;
     switch (err) {
     case UP_ERR_PROTO:
-        g_stats.upstream_err_proto++;
+        up_count(up, &g_stats.upstream_err_proto);
         break;
     case UP_ERR_IO:
-        g_stats.upstream_err_io++;
+        up_count(up, &g_stats.upstream_err_io);
         break;
     case UP_ERR_CONNECT:
-        g_stats.upstream_err_connect++;
+        up_count(up, &g_stats.upstream_err_connect);
         break;
     case UP_ERR_CONNECT_TIMEOUT:
     case UP_ERR_FIRST_BYTE_TIMEOUT:
     case UP_ERR_READ_TIMEOUT:
-        g_stats.upstream_err_timeout++;
+        up_count(up, &g_stats.upstream_err_timeout);
         break;
     default:
         break;
@@ -673,7 +686,7 @@ struct upstream *upstream_start(struct ev_loop *loop, struct upool *pool,
         up->have_slot = true;
         up_begin(up);
     } else {
-        g_stats.upstream_queued++;
+        up_count(up, &g_stats.upstream_queued);
         upool_wait(up->origin, &up->wait, on_slot);
         up_timer_first_byte(up);
     }

@@ -41,15 +41,27 @@ enum answer {
     ANS_REFUSED, /* 403 with X-Cacheparty-Peer-Refused (another secret or node list there) */
 };
 
+/* The other node, scripted: up to NODE_CONNS connections at once (a heartbeat and a purge
+ * may connect in the same loop iteration), each answered by <ans>. */
+#define NODE_CONNS 4
+
+struct node;
+
+struct nconn {
+    struct node *n;
+    int fd;
+    ev_io io;
+    char in[4096];
+    size_t in_len;
+};
+
 struct node {
     struct ev_loop *loop;
     int lfd;
     ev_io lio;
-    int cfd;
-    ev_io cio;
-    char in[4096];
-    size_t in_len;
+    struct nconn conns[NODE_CONNS];
     enum answer ans;
+    bool close_after; /* close each connection after its answer (a pooled socket goes stale) */
     unsigned requests;
     unsigned verified; /* requests whose credential held, from this node's address */
     char last_line[256];
@@ -58,42 +70,49 @@ struct node {
     const struct cluster *cl;
 };
 
+static void nconn_drop(struct nconn *k)
+{
+    if (k->fd >= 0) {
+        ev_io_stop(k->n->loop, &k->io);
+        close(k->fd);
+        k->fd = -1;
+    }
+    k->in_len = 0;
+}
+
 static void node_drop(struct node *n)
 {
-    if (n->cfd >= 0) {
-        ev_io_stop(n->loop, &n->cio);
-        close(n->cfd);
-        n->cfd = -1;
-    }
-    n->in_len = 0;
+    for (int i = 0; i < NODE_CONNS; i++)
+        nconn_drop(&n->conns[i]);
 }
 
 static void on_node_readable(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
     (void)revents;
-    struct node *n = container_of(w, struct node, cio);
-    ssize_t k = recv(n->cfd, n->in + n->in_len, sizeof(n->in) - 1 - n->in_len, 0);
-    if (k <= 0) {
-        node_drop(n);
+    struct nconn *k = container_of(w, struct nconn, io);
+    struct node *n = k->n;
+    ssize_t r = recv(k->fd, k->in + k->in_len, sizeof(k->in) - 1 - k->in_len, 0);
+    if (r <= 0) {
+        nconn_drop(k);
         return;
     }
-    n->in_len += (size_t)k;
-    n->in[n->in_len] = '\0';
-    char *end = strstr(n->in, "\r\n\r\n");
+    k->in_len += (size_t)r;
+    k->in[k->in_len] = '\0';
+    char *end = strstr(k->in, "\r\n\r\n");
     if (end == NULL)
         return;
     n->requests++;
     /* "METHOD TARGET HTTP/1.1", Host, X-Cacheparty-Peer */
     char method[16], target[200], host[100] = "", cred[100] = "";
-    assert_int_equal(sscanf(n->in, "%15s %199s", method, target), 2);
+    assert_int_equal(sscanf(k->in, "%15s %199s", method, target), 2);
     snprintf(n->last_line, sizeof(n->last_line), "%s %s", method, target);
     if (strcmp(method, "PURGE") == 0)
         snprintf(n->last_purge, sizeof(n->last_purge), "%s %s", method, target);
-    const char *h = strstr(n->in, "\r\nHost: ");
+    const char *h = strstr(k->in, "\r\nHost: ");
     if (h != NULL)
         sscanf(h + 8, "%99[^\r]", host);
-    const char *c = strstr(n->in, "\r\nX-Cacheparty-Peer: ");
+    const char *c = strstr(k->in, "\r\nX-Cacheparty-Peer: ");
     if (c != NULL)
         sscanf(c + 21, "%99[^\r]", cred);
     unsigned from;
@@ -125,11 +144,13 @@ static void on_node_readable(struct ev_loop *loop, ev_io *w, int revents)
                        PEERS_REFUSED_FIELD);
         break;
     case ANS_SILENT:
-        n->in_len = 0;
+        k->in_len = 0;
         return;
     }
-    assert_int_equal(send(n->cfd, out, (size_t)len, MSG_NOSIGNAL), len);
-    n->in_len = 0;
+    assert_int_equal(send(k->fd, out, (size_t)len, MSG_NOSIGNAL), len);
+    k->in_len = 0;
+    if (n->close_after)
+        nconn_drop(k);
 }
 
 static void on_node_accept(struct ev_loop *loop, ev_io *w, int revents)
@@ -140,10 +161,16 @@ static void on_node_accept(struct ev_loop *loop, ev_io *w, int revents)
     int fd = accept(n->lfd, (struct sockaddr *)&n->from, &sl);
     if (fd < 0)
         return;
-    node_drop(n); /* one connection at a time is enough here */
-    n->cfd = fd;
-    ev_io_init(&n->cio, on_node_readable, fd, EV_READ);
-    ev_io_start(loop, &n->cio);
+    struct nconn *k = &n->conns[0];
+    for (int i = 0; i < NODE_CONNS; i++)
+        if (n->conns[i].fd < 0) {
+            k = &n->conns[i];
+            break;
+        }
+    nconn_drop(k); /* (all taken: the first one goes) */
+    k->fd = fd;
+    ev_io_init(&k->io, on_node_readable, fd, EV_READ);
+    ev_io_start(loop, &k->io);
 }
 
 struct fx {
@@ -162,11 +189,12 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
 }
 
-/* Runs the loop until <cond> holds (bounded: 500 passes of at most 20 ms, 10 s, for what takes
- * one or two heartbeats of 1 s). */
+/* Runs the loop until <cond> holds, for at most 30 s of loop time (what takes one or two
+ * heartbeats of 1 s, or two heartbeat timeouts of 3 s). */
 #define RUN_UNTIL(f, cond)                                                                         \
     do {                                                                                           \
-        for (int i_ = 0; i_ < 500 && !(cond); i_++)                                                \
+        ev_tstamp until_ = ev_time() + 30;                                                         \
+        while (!(cond) && ev_time() < until_)                                                      \
             ev_run((f)->loop, EVRUN_ONCE);                                                         \
         assert_true(cond);                                                                         \
     } while (0)
@@ -184,7 +212,10 @@ static int fx_setup(void **state)
     /* The other node's socket first: its port is the cluster's. */
     struct node *n = &f->node;
     n->loop = f->loop;
-    n->cfd = -1;
+    for (int i = 0; i < NODE_CONNS; i++) {
+        n->conns[i].n = n;
+        n->conns[i].fd = -1;
+    }
     n->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     inet_pton(AF_INET, "127.0.3.2", &a.sin_addr);
@@ -218,8 +249,10 @@ static int fx_teardown(void **state)
         ev_run(f->loop, EVRUN_NOWAIT);
     assert_int_equal(upstream_live(), 0);
     node_drop(&f->node);
-    ev_io_stop(f->loop, &f->node.lio);
-    close(f->node.lfd);
+    if (f->node.lfd >= 0) {
+        ev_io_stop(f->loop, &f->node.lio);
+        close(f->node.lfd);
+    }
     ev_timer_stop(f->loop, &f->tick);
     ev_loop_destroy(f->loop);
     g_cfg = NULL;
@@ -285,16 +318,16 @@ static void test_other_digest_never_up(void **state)
     RUN_UNTIL(f, peer().disagrees);
     assert_false(peer().up);
     assert_int_equal(peers_live(), 1u);
-    /* Our credential refused there: it disagrees too (not merely down). */
-    f->node.ans = ANS_REFUSED;
-    unsigned fails = (unsigned)peer().failures;
-    RUN_UNTIL(f, peer().failures > fails);
-    assert_true(peer().disagrees);
-    assert_false(peer().up);
-    /* It agrees again (a fixed config): up. */
+    /* It agrees (a fixed config): up. */
     f->node.ans = ANS_DIGEST;
     RUN_UNTIL(f, peer().up);
     assert_false(peer().disagrees);
+    /* Our credential refused there (another secret or node list now): it disagrees, not
+     * merely down, from a peer that was up and agreed. */
+    f->node.ans = ANS_REFUSED;
+    RUN_UNTIL(f, peer().disagrees);
+    assert_false(peer().up);
+    assert_int_equal(peers_live(), 1u);
 }
 
 static void test_down_after_two_failures(void **state)
@@ -329,6 +362,52 @@ static void test_purge_sent_on_with_a_credential(void **state)
     RUN_UNTIL(f, peer().purges_failed == 1);
 }
 
+static void test_silent_peer_down_after_two_timeouts(void **state)
+{
+    struct fx *f = *state;
+    f->node.ans = ANS_DIGEST;
+    peers_start(f->loop, &f->cl, 1 << 20);
+    RUN_UNTIL(f, peer().up);
+    /* It takes the heartbeats and never answers: each one times out, the second takes it
+     * down, and no request of it is left behind. */
+    f->node.ans = ANS_SILENT;
+    RUN_UNTIL(f, peer().failures >= 1);
+    assert_true(peer().up);
+    RUN_UNTIL(f, !peer().up);
+    assert_int_equal(peer().failures, 2);
+    f->node.ans = ANS_DIGEST;
+    RUN_UNTIL(f, peer().up);
+}
+
+/* A peer's heartbeats over sockets that it closes after each answer (so a pooled one is stale
+ * when taken), then a peer that refuses connections: none of it is an origin's traffic. */
+static void test_peer_traffic_not_counted_as_origins(void **state)
+{
+    struct fx *f = *state;
+    f->node.ans = ANS_DIGEST;
+    f->node.close_after = true;
+    peers_start(f->loop, &f->cl, 1 << 20);
+    RUN_UNTIL(f, peer().up);
+    unsigned checks = (unsigned)peer().checks;
+    RUN_UNTIL(f, peer().checks >= checks + 3);
+    node_drop(&f->node);
+    ev_io_stop(f->loop, &f->node.lio);
+    close(f->node.lfd);
+    f->node.lfd = -1;
+    RUN_UNTIL(f, !peer().up);
+    assert_int_equal(g_stats.upstream_requests, 0);
+    assert_int_equal(g_stats.upstream_conn_new, 0);
+    assert_int_equal(g_stats.upstream_conn_reused, 0);
+    assert_int_equal(g_stats.upstream_retries, 0);
+    assert_int_equal(g_stats.upstream_connect_failover, 0);
+    assert_int_equal(g_stats.upstream_queued, 0);
+    assert_int_equal(g_stats.upstream_err_connect, 0);
+    assert_int_equal(g_stats.upstream_err_io, 0);
+    assert_int_equal(g_stats.upstream_err_timeout, 0);
+    assert_int_equal(g_stats.upstream_err_proto, 0);
+    assert_int_equal(g_stats.upstream_bytes, 0);
+}
+
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
 int main(void)
@@ -339,6 +418,8 @@ int main(void)
         FX(test_other_digest_never_up),
         FX(test_down_after_two_failures),
         FX(test_purge_sent_on_with_a_credential),
+        FX(test_silent_peer_down_after_two_timeouts),
+        FX(test_peer_traffic_not_counted_as_origins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
