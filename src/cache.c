@@ -445,11 +445,6 @@ void cache_chunk_unref(struct chunk **ckp)
          * go on. */
         if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->data != NULL)
             mem_notify(ck->cache);
-        /* A chunk passed on from its owner, whose fill's readers are all done: its owner has
-         * every byte of it, so a later delivery here is a hit whether or not this node sent
-         * that byte before (another node may have). */
-        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->remote)
-            cache_seen_unref(&ck->seen);
         return;
     }
     ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);

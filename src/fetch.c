@@ -858,8 +858,8 @@ fail:
  */
 static void extend_run(struct fetch *f)
 {
-    if (f->key == NULL || !f->meta_known)
-        return;
+    if (f->key == NULL || !f->meta_known || f->peer >= 0)
+        return; /* (a node's answer is for one chunk: see fetch_start) */
     uint64_t cs = cache_chunk_size(f->cache);
     if ((f->last + 1) % cs != 0)
         return;
@@ -884,8 +884,6 @@ static void extend_run(struct fetch *f)
         }
         cache_chunk_set_origin_status(ck, f->ans_status);
         cache_chunk_set_filler(ck, f);
-        if (f->peer >= 0)
-            cache_chunk_set_remote(ck, true, f->peer_hit);
         f->cks[f->n++] = ck; /* the claim's ref is the fetch's */
         f->next_index++;
         f->last = start + cs - 1;
@@ -1312,11 +1310,13 @@ static struct fetch *fetch_new(struct chunk **cks, size_t n, uint64_t pos, uint6
 void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
 {
     uint64_t cs = chunk_size(cks[0]);
-    /* In a cluster, one request per stretch of the run with one owner. */
+    /* In a cluster, one request per stretch of the run asked of the origin, and one per chunk
+     * asked of a node: the node's X-Upstream-Cache-Status tells of its answer's first byte
+     * only, so of one chunk (a HIT for the next chunk of a stretch could be a miss there). */
     for (size_t i = 0; i < n;) {
         int peer = route_of(cks[i], o->from_peer);
         size_t j = i + 1;
-        while (j < n && route_of(cks[j], o->from_peer) == peer)
+        while (j < n && peer < 0 && route_of(cks[j], o->from_peer) == peer)
             j++;
         struct fetch *f = fetch_new(cks + i, j - i, chunk_start(cks[i]),
                                     chunk_start(cks[j - 1]) + cs - 1, o, peer);
@@ -1361,7 +1361,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->req_post = xstrdup(src->req_post);
     f->peer = src->peer;
     f->from_peer = src->from_peer;
-    f->peer_hit = src->peer_hit;
+    /* (its own answer tells whether the node had its bytes) */
     f->ua = src->ua ? xstrdup(src->ua) : NULL;
     f->processed_by = src->processed_by ? xstrdup(src->processed_by) : NULL;
     f->fields = src->fields ? xstrdup(src->fields) : NULL;

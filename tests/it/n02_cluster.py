@@ -503,6 +503,38 @@ class Cluster(ClusterBase):
         self.settle()
         self.assertNotEqual(set(self.by_node), {"n1"})
 
+    def test_owner_hit_tells_of_its_chunk_only(self):
+        # Chunks 1, 3, 5 and 7 of each of 8 objects of 9 chunks read through node 3 (so their
+        # owners have them, and node 1 has them only where it is the owner), then each object
+        # whole through node 1: chunk 0 first, then read-ahead asks 1-2, 3-4, 5-6 and 7-8, each
+        # pair in one request where one node owns both. The bytes node 1 counts as misses are
+        # the five cold chunks of each, whichever node owns which chunk: an owner's HIT for
+        # chunk 1 says nothing of chunk 2.
+        objs = ["/n02h/obj/%d/size/%d" % (k, 9 * MIB) for k in range(8)]
+        for path in objs:
+            for k in (1, 3, 5, 7):
+                r = self.get(path, host="dl.n02.example", daemon=self.nodes[2],
+                             headers=[("Range", "bytes=%d-%d" % (k * MIB, (k + 1) * MIB - 1))])
+                self.assertEqual((r.status, bytes(r.body) == H.content(path, k * MIB,
+                                                                      (k + 1) * MIB)),
+                                 (206, True))
+        self.settle()
+        warm = self.origin_bytes()
+        self.assertEqual(warm, 32 * MIB)
+        d = self.nodes[0]
+        m0 = d.metrics()
+        for path in objs:
+            r = self.get(path, host="dl.n02.example", daemon=d)
+            self.assertEqual((r.status, bytes(r.body) == H.content(path, 0, 9 * MIB)),
+                             (200, True))
+        self.settle()
+        m1 = d.metrics()
+        miss = 'cacheparty_response_bytes_total{cache="miss"}'
+        hit = 'cacheparty_response_bytes_total{cache="hit"}'
+        self.assertEqual(self.origin_bytes() - warm, 40 * MIB)
+        self.assertEqual(m1[miss] - m0.get(miss, 0), 40 * MIB)
+        self.assertEqual(m1[hit] - m0.get(hit, 0), 32 * MIB)
+
     def test_owner_checks_admission(self):
         # Node 1 admits listed hosts only now; a peer's request for another is refused there,
         # credential or not.
