@@ -156,6 +156,7 @@ struct fetch {
     int peer;           /* the cluster node asked for the run (its index); -1: the origin */
     bool from_peer;     /* filling a peer's request: from the origin, never from a node */
     bool peer_hit;      /* the node's answer said HIT */
+    unsigned peer_hops; /* nodes given up on (peer_fallback): at CLUSTER_MAX_NODES, the origin */
     uint64_t first;     /* the first object byte it was asked for (fetch_foreach) */
     double started_at;  /* ev_now at its start */
     double byte_at;     /* ev_now of its last body byte (started_at before the first) */
@@ -637,22 +638,29 @@ static void start_answer(struct fetch *f, const char *buf, const struct h1_resp 
 }
 
 /*
- * Node f->peer could not be asked (<why>: unreachable, refused, cut): it is marked down, and the
- * fetch goes on from the byte reached towards the node that now owns the run's next chunk (the
- * next of its rank), or the origin when that is this node. The node's answer so far, if any, is
- * continued only with the same version (a resumption). Bounded: each call takes a node out.
+ * Node f->peer could not be asked (<why>): when <node_fault> (unreachable, refused, cut), it is
+ * marked down and the fetch goes on from the byte reached towards the node that now owns the
+ * run's next chunk (the next of its rank), or the origin when that is this node; otherwise (the
+ * node answered that it could not get the bytes: 502, 504) the node stays up and this node
+ * asks the origin itself. The node's answer so far, if any, is continued only with the same
+ * version (a resumption), with the attempts of a new source. Bounded: after CLUSTER_MAX_NODES
+ * nodes given up on (heartbeats may bring them back meanwhile), the origin.
  */
-static void peer_fallback(struct fetch *f, const char *why)
+static void peer_fallback(struct fetch *f, const char *why, bool node_fault)
 {
     upstream_cancel(&f->up);
     unsigned node = (unsigned)f->peer;
-    peers_failed(node, why);
+    if (node_fault)
+        peers_failed(node, why);
     g_stats.fetch_peer_fallback++;
     const struct chunk *ck = NULL;
     for (size_t i = f->cur; i < f->n && ck == NULL; i++)
         ck = f->cks[i];
-    f->peer = ck != NULL ? route_of(ck, f->from_peer) : -1;
+    f->peer = ck != NULL && node_fault && ++f->peer_hops < CLUSTER_MAX_NODES
+                  ? route_of(ck, f->from_peer)
+                  : -1;
     f->peer_hit = false;
+    f->attempts = 0;
     ASSERT(f->peer != (int)node);
     log_info("fetch#%u %s: node %s: %s: asking %s from byte %llu", f->id, f->host,
              peers_cluster()->nodes[node].addr, why,
@@ -673,7 +681,13 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     f->ans_status = resp->status;
     if (f->peer >= 0) {
         if (h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD) != NULL) {
-            peer_fallback(f, "it refused the request");
+            peer_fallback(f, "it refused the request", true);
+            return;
+        }
+        if (resp->status == 502 || resp->status == 504) {
+            /* Its fill failed (its uplink or DNS, or the origin's own gateway error): asked
+             * here, the origin may answer; the node is not down. */
+            peer_fallback(f, resp->status == 502 ? "it answered 502" : "it answered 504", false);
             return;
         }
         /* The owner's hit or miss is this node's, and so is its origin's status. */
@@ -1076,7 +1090,7 @@ static void sink_done(void *arg, enum up_err err)
          err == UP_ERR_FIRST_BYTE_TIMEOUT)) {
         /* The node did not answer (or not in time): the next node, or the origin. Cut
          * mid-body, it is asked again (resumed below); if it is gone, that ends here. */
-        peer_fallback(f, upstream_strerror(err));
+        peer_fallback(f, upstream_strerror(err), true);
         return;
     }
     if (err == UP_OK && f->short_ans && f->pos == f->ans_end + 1 && f->cur < f->n) {
@@ -1104,7 +1118,7 @@ static void sink_done(void *arg, enum up_err err)
     }
     if (f->peer >= 0 && f->cur < f->n) {
         /* Cut again and again by the node: the origin (or the next node) for the rest. */
-        peer_fallback(f, err == UP_OK ? "short body" : upstream_strerror(err));
+        peer_fallback(f, err == UP_OK ? "short body" : upstream_strerror(err), true);
         return;
     }
     enum chunk_fail why = CHUNK_FAIL_ORIGIN;

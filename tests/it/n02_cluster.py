@@ -535,6 +535,26 @@ class Cluster(ClusterBase):
         self.assertEqual(m1[miss] - m0.get(miss, 0), 40 * MIB)
         self.assertEqual(m1[hit] - m0.get(hit, 0), 32 * MIB)
 
+    def test_owner_without_its_origin_is_skipped(self):
+        # Node 2 cannot reach the origin (its override is a closed port): it answers 502 for
+        # the chunks it owns, and node 1 asks the origin for those itself; node 2 stays up
+        # (its heartbeats pass), and every client of node 1 gets 200 and the right bytes.
+        self.nodes[1].stop()
+        self.nodes[1] = self.start_node(
+            1, extra={"upstream": {"override": "127.0.0.1:%d" % H.closed_port()}})
+        self.wait_peers()
+        d = self.nodes[0]
+        f0 = d.metrics().get("cacheparty_fetch_peer_fallback_total", 0)
+        for k in range(30):
+            path = "/n02o/obj/%d/size/%d" % (k, 65536)
+            r = self.get(path, host="dl.n02.example", daemon=d)
+            self.assertEqual((r.status, bytes(r.body) == H.content(path, 0, 65536)), (200, True))
+        self.settle()
+        self.assertNotIn("n2", self.by_node)
+        self.assertEqual(sum(self.by_node.values()), 30 * 65536)
+        self.assertGreater(d.metrics().get("cacheparty_fetch_peer_fallback_total", 0), f0)
+        self.assertTrue(self.peer_up(d)["%s:%d" % (self.addrs[1], self.port)])
+
     def test_owner_checks_admission(self):
         # Node 1 admits listed hosts only now; a peer's request for another is refused there,
         # credential or not.
