@@ -445,6 +445,14 @@ void cache_chunk_unref(struct chunk **ckp)
          * go on. */
         if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->data != NULL)
             mem_notify(ck->cache);
+        /* A chunk passed on from its owner, read here and whose readers are all done: its
+         * owner has every byte of it, so a later delivery here is a hit whether or not this
+         * node sent that byte before (another node may have). Not one that nobody read yet
+         * (fetched ahead of its reader): its first reader's bytes are that download's misses,
+         * as for a chunk this node fills itself. */
+        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->remote &&
+            ck->seen != NULL && !cache_seen_is_untouched(ck->seen))
+            cache_seen_unref(&ck->seen);
         return;
     }
     ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);

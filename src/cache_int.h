@@ -73,6 +73,8 @@ bool cache_seen_has(const struct chunk_seen *s, uint64_t off);
  * was neither delivered nor announced by another head, and then those bytes are announced;
  * false (HIT) otherwise. */
 bool cache_seen_tell(struct chunk_seen *s, uint64_t off, uint64_t len);
+/* Whether no byte was delivered nor announced yet. */
+bool cache_seen_is_untouched(const struct chunk_seen *s);
 /* Whether every byte of a chunk of length <cap> was delivered. */
 bool cache_seen_is_complete(const struct chunk_seen *s, uint64_t cap);
 void cache_seen_tab_init(struct cache_seen_tab *t);

@@ -163,6 +163,12 @@ bool cache_seen_tell(struct chunk_seen *s, uint64_t off, uint64_t len)
     return true;
 }
 
+bool cache_seen_is_untouched(const struct chunk_seen *s)
+{
+    CHECK_OBJ(s, SEEN_MAGIC);
+    return s->done.n == 0 && s->told.n == 0;
+}
+
 bool cache_seen_is_complete(const struct chunk_seen *s, uint64_t cap)
 {
     CHECK_OBJ(s, SEEN_MAGIC);

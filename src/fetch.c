@@ -696,8 +696,9 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         f->peer_hit = strcmp(v, "HIT") == 0;
         peers_count_request((unsigned)f->peer, f->peer_hit);
         header_value(buf, resp, "X-Upstream-Status", v, sizeof(v));
-        if (v[0] >= '1' && v[0] <= '5' && strlen(v) == 3)
-            f->ans_status = atoi(v);
+        if (v[0] >= '1' && v[0] <= '5' && v[1] >= '0' && v[1] <= '9' && v[2] >= '0' &&
+            v[2] <= '9' && v[3] == '\0')
+            f->ans_status = (v[0] - '0') * 100 + (v[1] - '0') * 10 + (v[2] - '0');
     }
     bool meta_fits = f->hide_etag || header_value(buf, resp, "ETag", m.etag, sizeof(m.etag));
     meta_fits &= header_value(buf, resp, "Last-Modified", m.last_modified, sizeof(m.last_modified));
@@ -943,11 +944,13 @@ static bool store_whole(struct fetch *f)
     struct cache *c = cache_chunk_cache(f->cks[f->cur]);
     size_t key_len;
     const char *key = cache_chunk_key(f->cks[f->cur], &key_len);
+    mark_remote(f); /* (a node's answer: kept in memory only, as any of its bytes) */
     for (size_t i = f->cur; i < f->n; i++)
         if (f->cks[i] != NULL && cache_chunk_state(f->cks[i]) == CHUNK_S_FILLING)
             store_chunk(f->cks[i], body, f->ans);
     uint64_t cs = cache_chunk_size(c);
-    for (uint64_t idx = 0; idx < (len + cs - 1) / cs; idx++) {
+    /* The object's other chunks too, unless a node answered: they are its owners'. */
+    for (uint64_t idx = 0; f->peer < 0 && idx < (len + cs - 1) / cs; idx++) {
         struct chunk *ck = cache_chunk_claim(c, key, key_len, idx, &m);
         if (ck == NULL)
             continue; /* the run's, or someone else's */

@@ -32,7 +32,8 @@ struct peer {
     double since;
     struct upstream *hb; /* owns: the heartbeat in flight */
     bool hb_ok;          /* its head said 204 with our digest */
-    bool hb_other;       /* its head had another digest */
+    bool hb_other;       /* its head had another digest, or refused our credential */
+    char hb_refused[16]; /* the reason it gave (X-Cacheparty-Peer-Refused), or "" */
     ev_tstamp hb_at;
     struct peers_info st; /* the counters (addr, index, up filled in at each visit) */
 };
@@ -171,10 +172,18 @@ static void hb_result(struct peer *p, bool ok, const char *why)
     }
     p->st.failures++;
     if (p->hb_other) {
-        if (!p->disagrees)
+        if (!p->disagrees && p->hb_refused[0] == '\0')
             log_warn("cluster: peer %s has another chunk size, node list or secret (its digest "
-                     "differs, or it refuses our credential): not used",
+                     "differs): not used",
                      pcl->nodes[node].addr);
+        else if (!p->disagrees)
+            log_warn("cluster: peer %s refuses our credential (%s: %s): not used",
+                     pcl->nodes[node].addr, p->hb_refused,
+                     strcmp(p->hb_refused, "time") == 0 ? "the clocks differ by more than 300 s"
+                     : strcmp(p->hb_refused, "address") == 0
+                         ? "it does not see our connections come from our address"
+                     : strcmp(p->hb_refused, "mac") == 0 ? "another node list or secret there"
+                                                         : "it does not read our credential");
         p->disagrees = true;
         set_up(node, false, "it disagrees");
         return;
@@ -192,9 +201,21 @@ static void hb_head(void *arg, const char *buf, const struct h1_resp *resp)
     p->hb_ok = resp->status == 204 && same;
     /* Another digest, or our credential refused there (another secret or node list): the
      * nodes disagree, which no retry mends. */
-    p->hb_other = (resp->status == 204 && !same) ||
-                  (resp->status == 403 &&
-                   h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD) != NULL);
+    const struct h1_field *r = resp->status == 403
+                                   ? h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD)
+                                   : NULL;
+    p->hb_other = (resp->status == 204 && !same) || r != NULL;
+    p->hb_refused[0] = '\0';
+    if (r != NULL) {
+        size_t n =
+            r->value.len < sizeof(p->hb_refused) - 1 ? r->value.len : sizeof(p->hb_refused) - 1;
+        memcpy(p->hb_refused, buf + r->value.off, n);
+        p->hb_refused[n] = '\0';
+        for (size_t i = 0; i < n; i++) /* (logged: letters only) */
+            if (!((p->hb_refused[i] >= 'a' && p->hb_refused[i] <= 'z') ||
+                  (p->hb_refused[i] >= 'A' && p->hb_refused[i] <= 'Z')))
+                p->hb_refused[i] = '?';
+    }
 }
 
 static size_t hb_body(void *arg, const char *data, size_t len)

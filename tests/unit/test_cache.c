@@ -738,7 +738,13 @@ static void test_cache_seen_mark_counts_each_byte_once_in_any_order(void **state
     uint8_t obj[16] = {1};
     struct chunk_seen *s = cache_seen_new(obj, 0);
     assert_false(cache_seen_has(s, 0));
+    assert_true(cache_seen_is_untouched(s));
+    struct chunk_seen *t = cache_seen_new(obj, 1);
+    assert_true(cache_seen_tell(t, 0, 10)); /* announced by a head: touched, nothing delivered */
+    assert_false(cache_seen_is_untouched(t));
+    cache_seen_unref(&t);
     assert_int_equal(cache_seen_mark(s, 100, 200), 200); /* a reader starting mid-chunk */
+    assert_false(cache_seen_is_untouched(s));
     assert_true(cache_seen_has(s, 100));
     assert_true(cache_seen_has(s, 299));
     assert_false(cache_seen_has(s, 300));
