@@ -9,6 +9,7 @@
   damage)."""
 
 import os
+import re
 import stat
 
 import harness as H
@@ -77,6 +78,10 @@ class Review(H.CPTestCase):
         c = H.Client(d.port)            # accepted while descriptors remain
         c.request("/lancache-heartbeat")
         self.assertStatus(c.read_response(), 204)
+        # the start-up scan has listed the files (it needs descriptors too: a scan that fails
+        # leaves nothing to look up on disk)
+        H.wait_until(lambda: re.search(r"disk index: [1-9]\d* chunk files", d.log()),
+                     10 * H.SLOW, 0.05, "the disk index scanned")
         hogs = []                       # then every descriptor taken
         for _ in range(40):
             try:
