@@ -54,6 +54,11 @@ const struct sockaddr_storage *peers_source(void);
 
 /* A request to peer <node> failed: <why> (logged with the transition). Down now. */
 void peers_failed(unsigned node, const char *why);
+/* <fn>(node) runs at each transition of a peer to down (its heartbeats, or peers_failed),
+ * inside that call: it must not act there, only note it (fetch.c moves the fills asking that
+ * node in the next loop iteration). One hook; NULL removes it. */
+typedef void peers_down_fn(unsigned node);
+void peers_set_down_hook(peers_down_fn *fn);
 /* Accounting: <bytes> of body received from owner <node> for this node's clients; <bytes> of
  * body sent to peer <node> for its clients; a peer request answered from <node>, and its
  * cache status there (hit). */

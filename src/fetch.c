@@ -165,6 +165,12 @@ struct fetch {
 static struct fetch_ctx *fctx;
 static struct fetch *fetches;
 static unsigned n_fetches;
+/* Cluster nodes found down since the last turn (bits), and the turn that moves the fills that
+ * ask them (on_nodes_down). */
+static uint32_t nodes_down;
+static ev_timer nodes_down_ev;
+static void on_nodes_down(struct ev_loop *loop, ev_timer *t, int revents);
+static void on_node_down(unsigned node);
 static unsigned fetch_next_id;
 
 /* Whether a fetch may go from state <from> to <to>. */
@@ -276,6 +282,10 @@ static void on_disk_miss(void *arg, struct chunk *ck, uint64_t off, const struct
 void fetch_module_init(struct fetch_ctx *ctx)
 {
     fctx = ctx;
+    ASSERT(!ev_is_active(&nodes_down_ev));
+    ev_timer_init(&nodes_down_ev, on_nodes_down, 0., 0.);
+    nodes_down = 0;
+    peers_set_down_hook(on_node_down);
     if (ctx->cache != NULL) {
         struct cache_filler filler = {on_disk_miss, NULL};
         cache_set_filler(ctx->cache, &filler);
@@ -637,26 +647,33 @@ static void start_answer(struct fetch *f, const char *buf, const struct h1_resp 
     fetch_set_state(f, st);
 }
 
+/* Why a fill leaves the node it asks (peer_fallback). */
+enum peer_leave {
+    PEER_FAULT,    /* unreachable, refused, cut: it is marked down */
+    PEER_ANSWERED, /* it answered that it could not get the bytes (502, 504): it stays up */
+    PEER_DOWN,     /* its heartbeats (or another fill) found it down meanwhile */
+};
+
 /*
- * Node f->peer could not be asked (<why>): when <node_fault> (unreachable, refused, cut), it is
- * marked down and the fetch goes on from the byte reached towards the node that now owns the
- * run's next chunk (the next of its rank), or the origin when that is this node; otherwise (the
- * node answered that it could not get the bytes: 502, 504) the node stays up and this node
- * asks the origin itself. The node's answer so far, if any, is continued only with the same
- * version (a resumption), with the attempts of a new source. Bounded: after CLUSTER_MAX_NODES
- * nodes given up on (heartbeats may bring them back meanwhile), the origin.
+ * Node f->peer is given up on for this fetch (<why>; <leave>). After PEER_FAULT (marked down
+ * here) or PEER_DOWN, the fetch goes on from the byte reached towards the node that now owns
+ * the run's next chunk (the next of its rank), or the origin when that is this node; after
+ * PEER_ANSWERED, this node asks the origin itself. The node's answer so far, if any, is
+ * continued only with the same version (a resumption), with the attempts of a new source.
+ * Bounded: after CLUSTER_MAX_NODES nodes given up on (heartbeats may bring them back
+ * meanwhile), the origin.
  */
-static void peer_fallback(struct fetch *f, const char *why, bool node_fault)
+static void peer_fallback(struct fetch *f, const char *why, enum peer_leave leave)
 {
     upstream_cancel(&f->up);
     unsigned node = (unsigned)f->peer;
-    if (node_fault)
+    if (leave == PEER_FAULT)
         peers_failed(node, why);
     g_stats.fetch_peer_fallback++;
     const struct chunk *ck = NULL;
     for (size_t i = f->cur; i < f->n && ck == NULL; i++)
         ck = f->cks[i];
-    f->peer = ck != NULL && node_fault && ++f->peer_hops < CLUSTER_MAX_NODES
+    f->peer = ck != NULL && leave != PEER_ANSWERED && ++f->peer_hops < CLUSTER_MAX_NODES
                   ? route_of(ck, f->from_peer)
                   : -1;
     f->peer_hit = false;
@@ -672,6 +689,40 @@ static void peer_fallback(struct fetch *f, const char *why, bool node_fault)
     fetch_route(f, f->host_is_ip);
 }
 
+static void on_nodes_down(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)t;
+    (void)revents;
+    uint32_t down = nodes_down;
+    nodes_down = 0;
+    /* Each fill moved asks another node (or the origin) afterwards: scan again from the
+     * start until none asks a node that is down (the list may change under a fallback). */
+    for (bool again = true; again;) {
+        again = false;
+        for (struct fetch *f = fetches; f != NULL; f = f->next) {
+            CHECK_OBJ(f, FETCH_MAGIC);
+            if (f->peer < 0 || (down & (1u << f->peer)) == 0 ||
+                (peers_live() & (1u << f->peer)) != 0 || f->up == NULL ||
+                (f->state != FETCH_S_WAIT_HEAD && f->state != FETCH_S_BODY &&
+                 f->state != FETCH_S_MEMORY))
+                continue;
+            peer_fallback(f, "it is down", PEER_DOWN);
+            again = true;
+            break;
+        }
+    }
+}
+
+static void on_node_down(unsigned node)
+{
+    nodes_down |= 1u << node;
+    if (fctx != NULL && !ev_is_active(&nodes_down_ev)) {
+        ev_timer_set(&nodes_down_ev, 0., 0.);
+        ev_timer_start(fctx->loop, &nodes_down_ev);
+    }
+}
+
 static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
 {
     struct fetch *f = arg;
@@ -681,13 +732,14 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
     f->ans_status = resp->status;
     if (f->peer >= 0) {
         if (h1_find(buf, resp->fields, resp->n_fields, PEERS_REFUSED_FIELD) != NULL) {
-            peer_fallback(f, "it refused the request", true);
+            peer_fallback(f, "it refused the request", PEER_FAULT);
             return;
         }
         if (resp->status == 502 || resp->status == 504) {
             /* Its fill failed (its uplink or DNS, or the origin's own gateway error): asked
              * here, the origin may answer; the node is not down. */
-            peer_fallback(f, resp->status == 502 ? "it answered 502" : "it answered 504", false);
+            peer_fallback(f, resp->status == 502 ? "it answered 502" : "it answered 504",
+                          PEER_ANSWERED);
             return;
         }
         /* The owner's hit or miss is this node's, and so is its origin's status. */
@@ -1093,7 +1145,7 @@ static void sink_done(void *arg, enum up_err err)
          err == UP_ERR_FIRST_BYTE_TIMEOUT)) {
         /* The node did not answer (or not in time): the next node, or the origin. Cut
          * mid-body, it is asked again (resumed below); if it is gone, that ends here. */
-        peer_fallback(f, upstream_strerror(err), true);
+        peer_fallback(f, upstream_strerror(err), PEER_FAULT);
         return;
     }
     if (err == UP_OK && f->short_ans && f->pos == f->ans_end + 1 && f->cur < f->n) {
@@ -1121,7 +1173,7 @@ static void sink_done(void *arg, enum up_err err)
     }
     if (f->peer >= 0 && f->cur < f->n) {
         /* Cut again and again by the node: the origin (or the next node) for the rest. */
-        peer_fallback(f, err == UP_OK ? "short body" : upstream_strerror(err), true);
+        peer_fallback(f, err == UP_OK ? "short body" : upstream_strerror(err), PEER_FAULT);
         return;
     }
     enum chunk_fail why = CHUNK_FAIL_ORIGIN;
@@ -1611,6 +1663,8 @@ bool fetch_want(struct chunk *ck, uint64_t off)
 
 void fetch_cancel_all(void)
 {
+    if (fctx != NULL && ev_is_active(&nodes_down_ev))
+        ev_timer_stop(fctx->loop, &nodes_down_ev);
     while (fetches != NULL)
         fetch_finish(fetches, CHUNK_FAIL_ORIGIN);
 }

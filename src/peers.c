@@ -81,6 +81,13 @@ uint32_t peers_live(void)
     return live;
 }
 
+static peers_down_fn *down_hook;
+
+void peers_set_down_hook(peers_down_fn *fn)
+{
+    down_hook = fn;
+}
+
 static void set_up(unsigned node, bool up, const char *why)
 {
     struct peer *p = &peers[node];
@@ -93,6 +100,8 @@ static void set_up(unsigned node, bool up, const char *why)
     else
         log_info("cluster: peer %s is down (%s): its chunks go to the next node of their rank",
                  pcl->nodes[node].addr, why);
+    if (!up && down_hook != NULL)
+        down_hook(node);
 }
 
 void peers_failed(unsigned node, const char *why)

@@ -33,6 +33,7 @@ import hmac
 import os
 import random
 import re
+import signal
 import threading
 import time
 import unittest
@@ -397,6 +398,89 @@ class Cluster(ClusterBase):
         for d in self.nodes:
             r = self.get(path, host="dl.n02.example", daemon=d)
             self.assertEqual((r.status, bytes(r.body) == body), (200, True))
+
+    def test_hung_owner_is_left_when_found_down(self):
+        # As above, but the owner hangs (SIGSTOP) instead of dying, and the nodes wait 300 s
+        # for a byte: the fills streaming from it move on when its heartbeats fail, not when
+        # read_timeout ends them, so the downloads through the other nodes complete (each
+        # client gives up after 60 s) without a retry.
+        for j in range(3):
+            self.nodes[j].stop()
+        slow = {"upstream": {"read_timeout": "300s", "first_byte_timeout": "300s"}}
+        self.nodes = [self.start_node(j, extra=slow) for j in range(3)]
+        self.wait_peers()
+        size, at = 6 * MIB, 2 * MIB + 4321
+        path = "/k02h/obj/size/%d" % size
+        body = H.content(path, 0, size)
+        gate = threading.Event()
+        held = []
+
+        def handler(ex):
+            rng = H.parse_range(ex.req.header("Range"), size)
+            start, end = rng if isinstance(rng, tuple) else (0, size)
+            node = (ex.req.header("X-LanCache-Processed-By") or "").split(",")[0].strip()
+            hdrs = [("Content-Length", str(end - start)), ("ETag", '"k02h"'),
+                    ("Content-Type", "application/octet-stream")]
+            if isinstance(rng, tuple):
+                hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size)))
+            ex.send_head(206 if isinstance(rng, tuple) else 200, hdrs)
+            cut = max(start, min(end, at))
+            ex.write(body[start:cut])
+            if cut < end:
+                with self.lock:
+                    held.append((node, start, end))
+            while cut < end and not gate.wait(0.05):
+                if ex.origin.stopping.is_set():
+                    return
+            ex.write(body[cut:end])
+        self.origin.route("/k02h", handler)
+        results = [None] * 3
+        reached = [threading.Event() for _ in range(3)]
+        ports = [d.port for d in self.nodes]
+
+        def download(i):
+            c = None
+            try:
+                c = H.Client(ports[i], timeout=60)
+                c.request(path, host="dl.n02.example", headers=[("User-Agent", "n02")])
+                r = c.read_head()
+                c.read_body_until(r, at)
+                reached[i].set()
+                r = c.finish_response(r)
+                results[i] = (r.status, bytes(r.body) == body)
+            except Exception as e:  # noqa: BLE001 (asserted below)
+                results[i] = repr(e)
+                reached[i].set()
+            finally:
+                if c is not None:
+                    c.close()
+        threads = [threading.Thread(target=download, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for e in reached:
+            self.assertTrue(e.wait(60 * H.SLOW))
+        self.assertEqual(results, [None] * 3)
+        owners = {n for n, a, b in held if a <= at < b}
+        self.assertEqual(len(owners), 1, held)
+        victim = int(owners.pop()[1:]) - 1
+        others = [j for j in range(3) if j != victim]
+        self.nodes[victim].signal(signal.SIGSTOP)
+        try:
+            vaddr = "%s:%d" % (self.addrs[victim], self.port)
+            H.wait_until(lambda: all(not self.peer_up(self.nodes[j])[vaddr] for j in others),
+                         30 * H.SLOW, interval=0.1, what="the hung node seen down")
+            gate.set()
+            for j in others:
+                threads[j].join()
+            self.assertEqual([results[j] for j in others], [(200, True)] * 2)
+            for j in others:
+                self.assertGreaterEqual(
+                    self.nodes[j].metrics()["cacheparty_fetch_peer_fallback_total"], 1)
+        finally:
+            self.nodes[victim].signal(signal.SIGCONT)
+            gate.set()
+        threads[victim].join()
+        self.assertEqual(results[victim], (200, True))
 
     def peer_get(self, node, frm, target, host="dl.n02.example", rng=None, cred=None,
                  source=None, method="GET"):
