@@ -24,6 +24,9 @@
 #include "util.h"
 
 #define PEER_REQ_MAX 2048
+/* Purges in flight per peer at most (half the slots its pool gives one address by default):
+ * a burst of purges never holds a heartbeat back long enough to take a peer down. */
+#define PEERS_PURGES_PER_PEER 16
 
 struct peer {
     bool up;
@@ -306,10 +309,43 @@ static void purge_done(void *arg, enum up_err err)
 
 static const struct upstream_sink purge_sink = {purge_head, hb_body, purge_done};
 
+/* Whether a peer takes <ident> in its purge's query (conn.c, peer_purge): fewer than 128
+ * characters of [A-Za-z0-9._:-]. */
+static bool ident_sendable(const char *ident)
+{
+    size_t n = strlen(ident);
+    if (n == 0 || n >= 128)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = ident[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == '_' || ch == ':'))
+            return false;
+    }
+    return true;
+}
+
 void peers_purge_all(const char *ident, const char *path, size_t path_len)
 {
-    if (pcl == NULL || path_len > PEER_REQ_MAX / 2)
+    if (pcl == NULL)
         return;
+    size_t in_flight = 0;
+    for (const struct purge *pu = purges; pu != NULL; pu = pu->next)
+        in_flight++;
+    const char *why = path_len > PEER_REQ_MAX / 2 ? "its path is too long to send"
+                      : !ident_sendable(ident)    ? "its identifier cannot be sent"
+                      : in_flight >= PEERS_PURGES_PER_PEER * (pcl->n - 1)
+                          ? "too many purges in flight"
+                          : NULL;
+    if (why != NULL) {
+        /* (not sent: each peer keeps the object; counted, and said) */
+        for (unsigned i = 0; i < pcl->n; i++)
+            if (i != pcl->self)
+                peers[i].st.purges_failed++;
+        log_warn("cluster: purge of %.*s [%s] not sent to the peers: %s",
+                 (int)(path_len < 200 ? path_len : 200), path, ident, why);
+        return;
+    }
     char target[PEER_REQ_MAX];
     snprintf(target, sizeof(target), "%.*s?identifier=%s", (int)path_len, path, ident);
     for (unsigned i = 0; i < pcl->n; i++) {

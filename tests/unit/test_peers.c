@@ -362,6 +362,21 @@ static void test_purge_sent_on_with_a_credential(void **state)
     RUN_UNTIL(f, peer().purges_failed == 1);
 }
 
+static void test_purges_that_cannot_go_are_counted(void **state)
+{
+    struct fx *f = *state;
+    f->node.ans = ANS_SILENT;
+    peers_start(f->loop, &f->cl, 1 << 20);
+    /* An identifier the peer would refuse (an IPv6 literal host's): not sent, counted. */
+    peers_purge_all("[::1]:8080", "/a", 2);
+    assert_int_equal(peer().purges_failed, 1);
+    /* A burst to a peer that does not answer: 16 in flight, the rest refused here. */
+    for (int i = 0; i < 20; i++)
+        peers_purge_all("steam", "/depot/1/chunk/ab", 17);
+    assert_int_equal(peer().purges_failed, 1 + 4);
+    assert_int_equal(peer().purges_sent, 0);
+}
+
 static void test_silent_peer_down_after_two_timeouts(void **state)
 {
     struct fx *f = *state;
@@ -418,6 +433,7 @@ int main(void)
         FX(test_other_digest_never_up),
         FX(test_down_after_two_failures),
         FX(test_purge_sent_on_with_a_credential),
+        FX(test_purges_that_cannot_go_are_counted),
         FX(test_silent_peer_down_after_two_timeouts),
         FX(test_peer_traffic_not_counted_as_origins),
     };
