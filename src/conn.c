@@ -174,6 +174,15 @@ static struct access_str field_str(const struct conn *c, const char *name)
     return s;
 }
 
+void conn_count_bytes(const struct conn *c, uint64_t miss, uint64_t hit, uint64_t bypass)
+{
+    if (c->from_peer > 0)
+        return;
+    g_stats.bytes_miss += miss;
+    g_stats.bytes_hit += hit;
+    g_stats.bytes_bypass += bypass;
+}
+
 void conn_live_account(struct conn *c, bool all)
 {
     uint64_t bytes = c->body_bytes - c->live_bytes;

@@ -674,8 +674,7 @@ static bool body_step(struct conn *c)
         c->body_bytes += (uint64_t)k;
         /* Per byte: a first delivery is a miss, any later one a hit (cache_chunk_deliver). */
         uint64_t fresh = cache_chunk_deliver(ck, off, (uint64_t)k);
-        g_stats.bytes_miss += fresh;
-        g_stats.bytes_hit += (uint64_t)k - fresh;
+        conn_count_bytes(c, fresh, (uint64_t)k - fresh, 0);
         c->hit_bytes += (uint64_t)k - fresh;
         conn_live_account(c, false);
         c->sent_bytes = true;

@@ -214,6 +214,9 @@ void conn_out_ensure(struct conn *c);
  * of each request, and every CONN_LIVE_STEP bytes of a long one (<all>: whatever the amount). */
 #define CONN_LIVE_STEP (8u << 20)
 void conn_live_account(struct conn *c, bool all);
+/* Counts body bytes sent (cacheparty_response_bytes_total{cache}): not a peer's request's,
+ * whose bytes its node counts for its client (and the peers module as served to it). */
+void conn_count_bytes(const struct conn *c, uint64_t miss, uint64_t hit, uint64_t bypass);
 
 /* conn_cache.c: conn_cache_responder's functions. */
 /* Starts serving the current request from the cache. */

@@ -248,10 +248,7 @@ static size_t sink_body(void *arg, const char *data, size_t len)
     }
     c->body_bytes += taken;
     conn_live_account(c, false);
-    if (c->bypass)
-        g_stats.bytes_bypass += taken;
-    else
-        g_stats.bytes_miss += taken;
+    conn_count_bytes(c, c->bypass ? 0 : taken, 0, c->bypass ? taken : 0);
     conn_update_io(c);
     conn_update_timer(c);
     return taken;

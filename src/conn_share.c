@@ -117,8 +117,7 @@ static bool share_step(struct conn *c)
         size_t fresh = answer_deliver(c->shared, (size_t)c->pos, (size_t)k);
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
-        g_stats.bytes_miss += fresh;
-        g_stats.bytes_hit += (uint64_t)k - fresh;
+        conn_count_bytes(c, fresh, (uint64_t)k - fresh, 0);
         c->hit_bytes += (uint64_t)k - fresh;
         conn_live_account(c, false);
         c->sent_bytes = true;
