@@ -1564,6 +1564,11 @@ void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit)
         /* The owner had them: every byte is a hit, here as there. */
         ck->started_by_fetch = false;
         cache_seen_unref(&ck->seen);
+    } else if (ck->seen == NULL) {
+        /* The owner that had them failed mid-chunk: the bytes in so far were its hits, the
+         * rest comes from elsewhere (maybe the origin), first deliveries again. */
+        ck->seen = cache_seen_new(ck->obj, ck->index);
+        cache_seen_mark(ck->seen, 0, ck->len);
     }
 }
 

@@ -289,7 +289,12 @@ static void up_connect(struct upstream *up)
         /* (the port is chosen at connect: bind does not reserve one per address) */
         setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
         if (bind(fd, (const struct sockaddr *)&up->src, alen) < 0) {
-            log_warn("up#%u: bind to the cluster address: %s", up->id, strerror(errno));
+            /* (one line per 10 s: every request to a peer fails alike) */
+            static ev_tstamp logged_at = -100;
+            if (ev_now(up->loop) - logged_at >= 10) {
+                logged_at = ev_now(up->loop);
+                log_warn("up#%u: bind to the cluster address: %s", up->id, strerror(errno));
+            }
             close_fd(up);
             up_count(up, &g_stats.upstream_err_connect);
             up_fail_later(up, UP_ERR_CONNECT);
