@@ -1565,10 +1565,11 @@ void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit)
         ck->started_by_fetch = false;
         cache_seen_unref(&ck->seen);
     } else if (ck->seen == NULL) {
-        /* The owner that had them failed mid-chunk: the bytes in so far were its hits, the
-         * rest comes from elsewhere (maybe the origin), first deliveries again. */
+        /* The owner that had them failed mid-chunk: the rest comes from elsewhere (maybe the
+         * origin), so first deliveries count as misses again; the few bytes the owner had sent
+         * count so too (a fresh record: nothing delivered, nothing announced). */
         ck->seen = cache_seen_new(ck->obj, ck->index);
-        cache_seen_mark(ck->seen, 0, ck->len);
+        ck->started_by_fetch = true;
     }
 }
 

@@ -157,6 +157,7 @@ struct fetch {
     bool from_peer;     /* filling a peer's request: from the origin, never from a node */
     bool peer_hit;      /* the node's answer said HIT */
     unsigned peer_hops; /* nodes given up on (peer_fallback): at CLUSTER_MAX_NODES, the origin */
+    bool not_ours;      /* filled from the origin for chunks a node owns (PEER_ANSWERED) */
     uint64_t first;     /* the first object byte it was asked for (fetch_foreach) */
     double started_at;  /* ev_now at its start */
     double byte_at;     /* ev_now of its last body byte (started_at before the first) */
@@ -678,6 +679,7 @@ static void peer_fallback(struct fetch *f, const char *why, enum peer_leave leav
                   : -1;
     f->peer_hit = false;
     f->attempts = 0;
+    f->not_ours = f->not_ours || (leave == PEER_ANSWERED && f->peer < 0);
     ASSERT(f->peer != (int)node);
     log_info("fetch#%u %s: node %s: %s: asking %s from byte %llu", f->id, f->host,
              peers_cluster()->nodes[node].addr, why,
@@ -702,10 +704,15 @@ static void on_nodes_down(struct ev_loop *loop, ev_timer *t, int revents)
         again = false;
         for (struct fetch *f = fetches; f != NULL; f = f->next) {
             CHECK_OBJ(f, FETCH_MAGIC);
+            /* Only those that the node left without a byte (or a head) for a heartbeat's
+             * timeout: a node found down wrongly (one request timed out) keeps the streams it
+             * serves, and one that hangs has stopped all of them that long. */
+            double progress = f->byte_at > f->sent_at ? f->byte_at : f->sent_at;
             if (f->peer < 0 || (down & (1u << f->peer)) == 0 ||
                 (peers_live() & (1u << f->peer)) != 0 || f->up == NULL ||
                 (f->state != FETCH_S_WAIT_HEAD && f->state != FETCH_S_BODY &&
-                 f->state != FETCH_S_MEMORY))
+                 f->state != FETCH_S_MEMORY) ||
+                ev_now(fctx->loop) - progress < PEERS_TIMEOUT_MS / 1000.0)
                 continue;
             peer_fallback(f, "it is down", PEER_DOWN);
             again = true;
@@ -1316,12 +1323,13 @@ static int route_of(const struct chunk *ck, bool from_peer)
     return owner == CLUSTER_NONE || owner == cl->self ? -1 : (int)owner;
 }
 
-/* The run's chunks from cur on (FILLING) are filled from f->peer's node, or from the origin. */
+/* The run's chunks from cur on (FILLING) are filled from f->peer's node, or from the origin:
+ * remote (memory only here) unless this node owns them. */
 static void mark_remote(struct fetch *f)
 {
     for (size_t i = f->cur; i < f->n; i++)
         if (f->cks[i] != NULL && cache_chunk_state(f->cks[i]) == CHUNK_S_FILLING)
-            cache_chunk_set_remote(f->cks[i], f->peer >= 0, f->peer_hit);
+            cache_chunk_set_remote(f->cks[i], f->peer >= 0 || f->not_ours, f->peer_hit);
 }
 
 /* A new fetch, linked into the live list and counted; the caller fills in the rest. */
@@ -1619,6 +1627,9 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
         per = 1;
     uint64_t i = idx + 1;
     for (unsigned started = 0; i <= wend && started < segs;) {
+        /* (checked per span: in a cluster a span is one fetch per chunk a node owns) */
+        if (fetch_live() >= FETCH_READAHEAD_MAX_FETCHES)
+            break;
         if (cache_chunk_exists(c, key, key_len, i)) {
             i++;
             continue;

@@ -17,6 +17,7 @@
 #include <ev.h>
 
 #include "cluster.h"
+#include "config.h"
 #include "http1.h"
 #include "log.h"
 #include "upool.h"
@@ -24,8 +25,9 @@
 #include "util.h"
 
 #define PEER_REQ_MAX 2048
-/* Purges in flight per peer at most (half the slots its pool gives one address by default):
- * a burst of purges never holds a heartbeat back long enough to take a peer down. */
+/* Purges in flight per peer at most (and at most half of max_per_origin, the slots its pool
+ * gives one address): a burst of purges never holds a heartbeat back long enough to take a
+ * peer down. */
 #define PEERS_PURGES_PER_PEER 16
 
 struct peer {
@@ -329,14 +331,9 @@ void peers_purge_all(const char *ident, const char *path, size_t path_len)
 {
     if (pcl == NULL)
         return;
-    size_t in_flight = 0;
-    for (const struct purge *pu = purges; pu != NULL; pu = pu->next)
-        in_flight++;
     const char *why = path_len > PEER_REQ_MAX / 2 ? "its path is too long to send"
                       : !ident_sendable(ident)    ? "its identifier cannot be sent"
-                      : in_flight >= PEERS_PURGES_PER_PEER * (pcl->n - 1)
-                          ? "too many purges in flight"
-                          : NULL;
+                                                  : NULL;
     if (why != NULL) {
         /* (not sent: each peer keeps the object; counted, and said) */
         for (unsigned i = 0; i < pcl->n; i++)
@@ -348,9 +345,23 @@ void peers_purge_all(const char *ident, const char *path, size_t path_len)
     }
     char target[PEER_REQ_MAX];
     snprintf(target, sizeof(target), "%.*s?identifier=%s", (int)path_len, path, ident);
+    /* Half of the slots the pool gives one address at most, per peer: a burst of purges to a
+     * slow peer never holds its heartbeats back (nor another peer's purges). */
+    unsigned cap = g_cfg->max_per_origin / 2 < PEERS_PURGES_PER_PEER ? g_cfg->max_per_origin / 2
+                                                                     : PEERS_PURGES_PER_PEER;
     for (unsigned i = 0; i < pcl->n; i++) {
         if (i == pcl->self)
             continue;
+        unsigned in_flight = 0;
+        for (const struct purge *pu = purges; pu != NULL; pu = pu->next)
+            in_flight += pu->node == i;
+        if (in_flight >= (cap > 0 ? cap : 1)) {
+            peers[i].st.purges_failed++;
+            log_warn("cluster: purge of %.*s [%s] not sent to peer %s: %u purges in flight there",
+                     (int)(path_len < 200 ? path_len : 200), path, ident, pcl->nodes[i].addr,
+                     in_flight);
+            continue;
+        }
         char head[PEER_REQ_MAX + 512];
         size_t n = peer_head(i, "PURGE", pcl->nodes[i].addr, target, head, sizeof(head));
         if (n == 0) {

@@ -1006,6 +1006,7 @@ class Daemon:
             rc = self.proc.poll()
             if rc is not None:
                 self.rc = rc
+                self._close_notify()
                 raise DaemonError("daemon exited with %d during startup:\n%s"
                                   % (rc, self.log_tail()))
             if self._notify is not None:
@@ -1098,6 +1099,7 @@ class Daemon:
                 raise DaemonError("sanitizer report in the daemon log")
         finally:
             self.kill()
+            self._close_notify()
             try:
                 self.logf.close()
             except Exception:
