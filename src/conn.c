@@ -391,11 +391,14 @@ static bool check_peer(struct conn *c)
         c->from_peer = from + 1;
         return true;
     }
-    /* (a node that disagrees sends its heartbeat every second: one line per 10 s at most) */
-    static ev_tstamp logged_at = -100;
+    /* (a node that disagrees sends its heartbeat every second: one line per 10 s at most, for
+     * the nodes' addresses and for any other apart, so that a LAN client's forged field never
+     * hides a node's refusal) */
+    static ev_tstamp logged_at[2] = {-100, -100};
     ev_tstamp now = ev_now(c->ctx->loop);
-    if (now - logged_at >= 10) {
-        logged_at = now;
+    int from_node = cluster_node_of(cl, (const struct sockaddr *)&c->peer_sa, false) >= 0;
+    if (now - logged_at[from_node] >= 10) {
+        logged_at[from_node] = now;
         log_warn("conn#%u %s: peer request refused: its credential fails (%s; %llu refused so "
                  "far)",
                  c->id, c->peer, cluster_verdict_name(v),
