@@ -1439,6 +1439,7 @@ static struct fetch *fetch_sibling(const struct fetch *src)
     f->peer = src->peer;
     f->from_peer = src->from_peer;
     /* (its own answer tells whether the node had its bytes) */
+    f->not_ours = src->not_ours;
     f->ua = src->ua ? xstrdup(src->ua) : NULL;
     f->processed_by = src->processed_by ? xstrdup(src->processed_by) : NULL;
     f->fields = src->fields ? xstrdup(src->fields) : NULL;
@@ -1448,6 +1449,14 @@ static struct fetch *fetch_sibling(const struct fetch *src)
 /* Starts <f> towards <src>'s origin: its addresses when it has them, else routed as it was. */
 static void fetch_go_like(struct fetch *f, const struct fetch *src)
 {
+    if (f->peer >= 0 && (peers_live() & (1u << f->peer)) == 0) {
+        /* The node <src> asks is down now: this part goes to its chunk's owner now. */
+        f->peer = route_of(f->cks[0], f->from_peer);
+        mark_remote(f);
+        rebuild_head(f);
+        fetch_route(f, src->host_is_ip);
+        return;
+    }
     if (src->n_addrs > 0) {
         memcpy(f->addrs, src->addrs, src->n_addrs * sizeof(src->addrs[0]));
         f->n_addrs = src->n_addrs;
