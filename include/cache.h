@@ -202,9 +202,9 @@ bool cache_chunk_is_miss(const struct chunk *ck);
  * <ck> (FILLING) is being filled from the cluster node that owns it (<remote>), or from the
  * origin after all (not <remote>): a remote chunk is kept in memory like any other, but never
  * written to disk (its file is the owner's). <owner_hit>: the owner had its bytes (its answer said
- * HIT), so none of them is a miss here either (until it is marked again without: its bytes are
- * first deliveries again, as from any fill). Once sealed and left by every reader of its fill
- * (one that some reader read: not one fetched ahead that nobody read yet), all of a remote
+ * HIT), so none of them is a miss here either (nor the rest, should the owner fail mid-chunk
+ * and the rest come from elsewhere: an approximation). Once sealed and left by every reader of its
+ * fill (one that some reader read: not one fetched ahead that nobody read yet), all of a remote
  * chunk's bytes count as delivered (the owner holds them all): later readers here are hits.
  */
 void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit);

@@ -1564,12 +1564,6 @@ void cache_chunk_set_remote(struct chunk *ck, bool remote, bool owner_hit)
         /* The owner had them: every byte is a hit, here as there. */
         ck->started_by_fetch = false;
         cache_seen_unref(&ck->seen);
-    } else if (ck->seen == NULL) {
-        /* The owner that had them failed mid-chunk: the rest comes from elsewhere (maybe the
-         * origin), so first deliveries count as misses again; the few bytes the owner had sent
-         * count so too (a fresh record: nothing delivered, nothing announced). */
-        ck->seen = cache_seen_new(ck->obj, ck->index);
-        ck->started_by_fetch = true;
     }
 }
 

@@ -693,38 +693,51 @@ static void peer_fallback(struct fetch *f, const char *why, enum peer_leave leav
 
 static void on_nodes_down(struct ev_loop *loop, ev_timer *t, int revents)
 {
-    (void)loop;
     (void)t;
     (void)revents;
     uint32_t down = nodes_down;
     nodes_down = 0;
+    const double quiet = PEERS_TIMEOUT_MS / 1000.0;
+    double recheck = 0; /* > 0: look again this much later (a node still down) */
     /* Each fill moved asks another node (or the origin) afterwards: scan again from the
-     * start until none asks a node that is down (the list may change under a fallback). */
+     * start until none is left to move now (the list may change under a fallback). */
     for (bool again = true; again;) {
         again = false;
         for (struct fetch *f = fetches; f != NULL; f = f->next) {
             CHECK_OBJ(f, FETCH_MAGIC);
-            /* Only those that the node left without a byte (or a head) for a heartbeat's
-             * timeout: a node found down wrongly (one request timed out) keeps the streams it
-             * serves, and one that hangs has stopped all of them that long. */
-            double progress = f->byte_at > f->sent_at ? f->byte_at : f->sent_at;
             if (f->peer < 0 || (down & (1u << f->peer)) == 0 ||
                 (peers_live() & (1u << f->peer)) != 0 || f->up == NULL ||
                 (f->state != FETCH_S_WAIT_HEAD && f->state != FETCH_S_BODY &&
-                 f->state != FETCH_S_MEMORY) ||
-                ev_now(fctx->loop) - progress < PEERS_TIMEOUT_MS / 1000.0)
+                 f->state != FETCH_S_MEMORY))
                 continue;
+            /* Only those that the node has sent nothing for a heartbeat's timeout (since the
+             * request, or its last byte): a node found down wrongly (one request timed out)
+             * keeps the streams it is sending. The others are looked at again while the node
+             * stays down; one waiting for memory here is not the node's doing. */
+            double progress = f->byte_at > f->sent_at ? f->byte_at : f->sent_at;
+            double left = f->state == FETCH_S_MEMORY ? quiet : progress + quiet - ev_now(loop);
+            if (left > 0) {
+                nodes_down |= 1u << f->peer;
+                if (recheck == 0 || left < recheck)
+                    recheck = left;
+                continue;
+            }
             peer_fallback(f, "it is down", PEER_DOWN);
             again = true;
             break;
         }
+    }
+    if (nodes_down != 0) {
+        ev_timer_set(&nodes_down_ev, recheck, 0.);
+        ev_timer_start(loop, &nodes_down_ev);
     }
 }
 
 static void on_node_down(unsigned node)
 {
     nodes_down |= 1u << node;
-    if (fctx != NULL && !ev_is_active(&nodes_down_ev)) {
+    if (fctx != NULL) { /* (at once, also when a recheck was due later) */
+        ev_timer_stop(fctx->loop, &nodes_down_ev);
         ev_timer_set(&nodes_down_ev, 0., 0.);
         ev_timer_start(fctx->loop, &nodes_down_ev);
     }
@@ -1329,7 +1342,9 @@ static void mark_remote(struct fetch *f)
 {
     for (size_t i = f->cur; i < f->n; i++)
         if (f->cks[i] != NULL && cache_chunk_state(f->cks[i]) == CHUNK_S_FILLING)
-            cache_chunk_set_remote(f->cks[i], f->peer >= 0 || f->not_ours, f->peer_hit);
+            cache_chunk_set_remote(
+                f->cks[i], f->peer >= 0 || (f->not_ours && route_of(f->cks[i], f->from_peer) >= 0),
+                f->peer_hit);
 }
 
 /* A new fetch, linked into the live list and counted; the caller fills in the rest. */
@@ -1644,6 +1659,10 @@ void fetch_sequential(struct chunk *ck, uint64_t end, const struct origin_req *o
             continue;
         }
         uint64_t j = i + per - 1 < wend ? i + per - 1 : wend;
+        /* In a cluster a span is up to one fetch per chunk: no more than the cap leaves. */
+        uint64_t room = FETCH_READAHEAD_MAX_FETCHES - fetch_live();
+        if (peers_cluster() != NULL && j - i + 1 > room)
+            j = i + room - 1;
         int n = fetch_span(c, key, key_len, i, j, &ra);
         i += n > 0 ? (uint64_t)n : 1;
         started++;

@@ -465,10 +465,44 @@ class Cluster(ClusterBase):
         victim = int(owners.pop()[1:]) - 1
         others = [j for j in range(3) if j != victim]
         self.nodes[victim].signal(signal.SIGSTOP)
+        # Meanwhile new objects through another node, one after the other, until the hung
+        # node is seen down: those it owns are asked of it while it still counts as up, and
+        # must be moved too once it is down, though they were asked less than a heartbeat
+        # timeout before.
+        vaddr = "%s:%d" % (self.addrs[victim], self.port)
+        seen_down = threading.Event()
+        late = []
+
+        def newcomer(k):
+            p = "/n02hn/new/%d/size/%d" % (k, 100000)
+            try:
+                c = H.Client(ports[others[0]], timeout=60)
+                c.request(p, host="dl.n02.example", headers=[("User-Agent", "n02")])
+                r = c.read_response()
+                c.close()
+                late.append((r.status, bytes(r.body) == H.content(p, 0, 100000)))
+            except Exception as e:  # noqa: BLE001 (asserted below)
+                late.append(repr(e))
+
+        def newcomers():
+            # one more every 0.2 s, each on its own connection (so that some are in flight
+            # when the node is seen down, asked of it less than a heartbeat timeout before)
+            ts = []
+            while not seen_down.is_set() and len(ts) < 200:
+                t = threading.Thread(target=newcomer, args=(len(ts),))
+                t.start()
+                ts.append(t)
+                time.sleep(0.2)
+            for t in ts:
+                t.join()
+        nt = threading.Thread(target=newcomers)
+        nt.start()
         try:
-            vaddr = "%s:%d" % (self.addrs[victim], self.port)
             H.wait_until(lambda: all(not self.peer_up(self.nodes[j])[vaddr] for j in others),
                          30 * H.SLOW, interval=0.1, what="the hung node seen down")
+            seen_down.set()
+            nt.join()
+            self.assertEqual(late, [(200, True)] * len(late))
             gate.set()
             for j in others:
                 threads[j].join()
@@ -477,8 +511,10 @@ class Cluster(ClusterBase):
                 self.assertGreaterEqual(
                     self.nodes[j].metrics()["cacheparty_fetch_peer_fallback_total"], 1)
         finally:
+            seen_down.set()
             self.nodes[victim].signal(signal.SIGCONT)
             gate.set()
+        nt.join()
         threads[victim].join()
         self.assertEqual(results[victim], (200, True))
 
