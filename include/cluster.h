@@ -105,6 +105,9 @@ enum cluster_verdict cluster_verify(const struct cluster *cl, const char *v, siz
                                     const char *host, const char *target, const char *range,
                                     unsigned *from);
 const char *cluster_verdict_name(enum cluster_verdict v);
+/* Whether <ident>[0, len) may be the identifier of a peer's PURGE ("?identifier=ID"): 1 to 127
+ * characters of [A-Za-z0-9._:-]. The sender checks it before sending, the receiver on receipt. */
+bool cluster_purge_ident_ok(const char *ident, size_t len);
 
 /* HMAC-SHA-256 (RFC 2104) of <msg>[0, len) under <key>[0, key_len), as 64 lowercase hex digits
  * and a NUL. */

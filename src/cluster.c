@@ -370,6 +370,19 @@ enum cluster_verdict cluster_verify(const struct cluster *cl, const char *v, siz
     return CLUSTER_PEER_OK;
 }
 
+bool cluster_purge_ident_ok(const char *ident, size_t len)
+{
+    if (len == 0 || len >= 128)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = ident[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == '_' || ch == ':'))
+            return false;
+    }
+    return true;
+}
+
 const char *cluster_verdict_name(enum cluster_verdict v)
 {
     switch (v) {

@@ -431,12 +431,8 @@ static void peer_purge(struct conn *c)
     size_t qlen = c->req.path.len - c->req.path_only.len;
     static const char pre[] = "?identifier=";
     size_t plen = sizeof(pre) - 1;
-    bool ok =
-        qlen > plen && qlen - plen < 128 && memcmp(q, pre, plen) == 0 && c->req.path_only.len > 0;
-    for (size_t i = plen; ok && i < qlen; i++)
-        ok = (q[i] >= 'a' && q[i] <= 'z') || (q[i] >= 'A' && q[i] <= 'Z') ||
-             (q[i] >= '0' && q[i] <= '9') || q[i] == '.' || q[i] == '-' || q[i] == '_' ||
-             q[i] == ':';
+    bool ok = qlen > plen && memcmp(q, pre, plen) == 0 && c->req.path_only.len > 0 &&
+              cluster_purge_ident_ok(q + plen, qlen - plen);
     if (!ok || c->ctx->cache == NULL) {
         conn_local_response(c, 400, false, NULL);
         return;

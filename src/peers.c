@@ -311,29 +311,14 @@ static void purge_done(void *arg, enum up_err err)
 
 static const struct upstream_sink purge_sink = {purge_head, hb_body, purge_done};
 
-/* Whether a peer takes <ident> in its purge's query (conn.c, peer_purge): fewer than 128
- * characters of [A-Za-z0-9._:-]. */
-static bool ident_sendable(const char *ident)
-{
-    size_t n = strlen(ident);
-    if (n == 0 || n >= 128)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = ident[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '-' || ch == '_' || ch == ':'))
-            return false;
-    }
-    return true;
-}
-
 void peers_purge_all(const char *ident, const char *path, size_t path_len)
 {
     if (pcl == NULL)
         return;
     const char *why = path_len > PEER_REQ_MAX / 2 ? "its path is too long to send"
-                      : !ident_sendable(ident)    ? "its identifier cannot be sent"
-                                                  : NULL;
+                      : !cluster_purge_ident_ok(ident, strlen(ident))
+                          ? "its identifier cannot be sent"
+                          : NULL;
     if (why != NULL) {
         /* (not sent: each peer keeps the object; counted, and said) */
         for (unsigned i = 0; i < pcl->n; i++)

@@ -290,14 +290,26 @@ static void test_node_of_and_digest(void **state)
     assert_string_not_equal(da, dc);
 }
 
+static void test_purge_ident(void **state)
+{
+    (void)state;
+    assert_true(cluster_purge_ident_ok("steam", 5));
+    assert_true(cluster_purge_ident_ok("dl.example.org:8080", 19));
+    assert_false(cluster_purge_ident_ok("", 0));
+    assert_false(cluster_purge_ident_ok("[::1]:80", 8)); /* an IPv6 literal host's */
+    assert_false(cluster_purge_ident_ok("a&b=c", 5));
+    char longer[129];
+    memset(longer, 'a', sizeof(longer));
+    assert_true(cluster_purge_ident_ok(longer, 127));
+    assert_false(cluster_purge_ident_ok(longer, 128));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_ownership),
-        cmocka_unit_test(test_hmac_rfc4231),
-        cmocka_unit_test(test_peer_credential),
-        cmocka_unit_test(test_node_of_and_digest),
+        cmocka_unit_test(test_purge_ident),     cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_ownership),       cmocka_unit_test(test_hmac_rfc4231),
+        cmocka_unit_test(test_peer_credential), cmocka_unit_test(test_node_of_and_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
