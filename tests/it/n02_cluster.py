@@ -308,20 +308,21 @@ class Cluster(ClusterBase):
         self.assertEqual(self.origin_bytes(), sum(unique.values()))
 
 
-    def test_node_killed_mid_download(self):
-        # An object whose origin transfer stops at byte AT until the test opens the gate: the
-        # chunks from there on are held at the origin, each in the request of its owner.
-        size, at = 6 * MIB, 2 * MIB + 4321
-        path = "/k02/obj/size/%d" % size
+    def held_object(self, prefix, size, at):
+        """An object <prefix>/obj/size/<size> whose origin transfer stops at byte <at> until the
+        test opens the gate: the chunks from there on are held at the origin, each in the
+        request of its owner. Returns (path, body, gate, held), <held> the (node, first, end)
+        of each request held."""
+        path = "%s/obj/size/%d" % (prefix, size)
         body = H.content(path, 0, size)
         gate = threading.Event()
-        held = []  # (node, first, end) of the requests held
+        held = []
 
         def handler(ex):
             rng = H.parse_range(ex.req.header("Range"), size)
             start, end = rng if isinstance(rng, tuple) else (0, size)
             node = (ex.req.header("X-LanCache-Processed-By") or "").split(",")[0].strip()
-            hdrs = [("Content-Length", str(end - start)), ("ETag", '"k02"'),
+            hdrs = [("Content-Length", str(end - start)), ("ETag", '"%s"' % prefix[1:]),
                     ("Content-Type", "application/octet-stream")]
             if isinstance(rng, tuple):
                 hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size)))
@@ -335,7 +336,13 @@ class Cluster(ClusterBase):
                 if ex.origin.stopping.is_set():
                     return
             ex.write(body[cut:end])
-        self.origin.route("/k02", handler)
+        self.origin.route(prefix, handler)
+        return path, body, gate, held
+
+    def test_node_killed_mid_download(self):
+        # An object whose origin transfer stops at byte AT until the test opens the gate.
+        size, at = 6 * MIB, 2 * MIB + 4321
+        path, body, gate, held = self.held_object("/k02", size, at)
         # One client on each node, each reading the whole object; each says when it has the
         # bytes before AT (then its node is filling the chunk of AT, from that chunk's owner).
         results = [None] * 3
@@ -410,30 +417,7 @@ class Cluster(ClusterBase):
         self.nodes = [self.start_node(j, extra=slow) for j in range(3)]
         self.wait_peers()
         size, at = 6 * MIB, 2 * MIB + 4321
-        path = "/k02h/obj/size/%d" % size
-        body = H.content(path, 0, size)
-        gate = threading.Event()
-        held = []
-
-        def handler(ex):
-            rng = H.parse_range(ex.req.header("Range"), size)
-            start, end = rng if isinstance(rng, tuple) else (0, size)
-            node = (ex.req.header("X-LanCache-Processed-By") or "").split(",")[0].strip()
-            hdrs = [("Content-Length", str(end - start)), ("ETag", '"k02h"'),
-                    ("Content-Type", "application/octet-stream")]
-            if isinstance(rng, tuple):
-                hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size)))
-            ex.send_head(206 if isinstance(rng, tuple) else 200, hdrs)
-            cut = max(start, min(end, at))
-            ex.write(body[start:cut])
-            if cut < end:
-                with self.lock:
-                    held.append((node, start, end))
-            while cut < end and not gate.wait(0.05):
-                if ex.origin.stopping.is_set():
-                    return
-            ex.write(body[cut:end])
-        self.origin.route("/k02h", handler)
+        path, body, gate, held = self.held_object("/k02h", size, at)
         results = [None] * 3
         reached = [threading.Event() for _ in range(3)]
         ports = [d.port for d in self.nodes]
