@@ -229,9 +229,10 @@ bool cache_chunk_was_delivered(const struct chunk *ck, uint64_t off);
 bool cache_chunk_head_is_miss(struct chunk *ck, uint64_t off, uint64_t len);
 /* How many bytes from offset <off> of <ck> are committed and contiguous (may be sent now). */
 uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off);
-/* Where byte <off> of <ck> is (committed: cache_chunk_avail() > 0): in memory at <data> (then
- * <fd> is -1), or in file <fd> at <file_off> (then <data> is NULL). Borrowed, valid while the ref
- * is held. */
+/* Where byte <off> of <ck> is (committed: cache_chunk_avail() > 0): in memory at <data>, and
+ * then also at <file_off> of the chunk memory file <fd> to send it from by reference (chunkmem.h;
+ * <fd> -1 when chunk memory is malloc'd), or in chunk file <fd> at <file_off> (then <data> is
+ * NULL). Borrowed, valid while the ref is held. */
 struct chunk_bytes {
     const char *data;
     int fd;

@@ -154,6 +154,11 @@
     X(cache_disk_write_errors, counter, "errors_total", "disk_write",                              \
       "chunk files that could not be written")                                                     \
     X(cache_purged, counter, "cache_purged_chunks_total", NULL, "chunks removed by PURGE")         \
+    X(sent_mem_copy, counter, "sent_bytes_total", "memory_copy",                                   \
+      "cached body bytes sent to clients as copies of chunk memory")                               \
+    X(sent_mem_ref, counter, "sent_bytes_total", "memory_reference",                               \
+      "cached body bytes sent to clients by reference to chunk memory")                            \
+    X(sent_file, counter, "sent_bytes_total", "file", "cached body bytes sent from chunk files")   \
     X(cache_mem_bytes, gauge, "cache_bytes", "memory", "bytes of chunk memory in use")             \
     X(cache_disk_bytes, gauge, "cache_bytes", "disk",                                              \
       "bytes of chunk files (from the disk index)")                                                \
@@ -253,6 +258,8 @@
     F(cache_dirs_down, gauge, NULL, FIELDS,                                                        \
       "cache dirs switched to pass-through after a disk error (ENOSPC, EIO)")                      \
     F(cache_purged_chunks_total, counter, NULL, FIELDS, "chunks removed by PURGE")                 \
+    F(sent_bytes_total, counter, "from", FIELDS,                                                   \
+      "cached body bytes sent to clients, by where they were sent from")                           \
     F(readahead_chunks_total, counter, NULL, FIELDS,                                               \
       "chunks fetched ahead of their readers (read-ahead runs)")                                   \
     F(tls_bytes_total, counter, "direction", FIELDS,                                               \

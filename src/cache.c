@@ -422,8 +422,7 @@ static bool evict_for(struct cache *c, uint64_t need)
 static void chunk_release_mem(struct chunk *ck)
 {
     struct cache *c = ck->cache;
-    free(ck->data);
-    ck->data = NULL;
+    chunkmem_put(c->mem, &ck->mem_block);
     if (ck->mem > 0) {
         c->mem_used -= ck->mem;
         c->st.mem_chunks--;
@@ -443,7 +442,8 @@ void cache_chunk_unref(struct chunk **ckp)
     if (--ck->refs > 0) {
         /* Only the table holds it now: it can be evicted, so a fill waiting for memory may
          * go on. */
-        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED && ck->data != NULL)
+        if (ck->refs == 1 && ck->in_table && ck->state == CHUNK_S_SEALED &&
+            ck->mem_block.data != NULL)
             mem_notify(ck->cache);
         /* A chunk passed on from its owner, read here and whose readers are all done: its
          * owner has every byte of it, so a later delivery here is a hit whether or not this
@@ -995,7 +995,7 @@ static void on_store_work(struct iojob *j)
         m.response_time = h->response_time;
         m.initial_age = h->initial_age;
     }
-    sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->data, ck->cap, false);
+    sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->mem_block.data, ck->cap, false);
     if (sj->rc < 0)
         return;
     pthread_mutex_lock(&sj->c->disk_mu);
@@ -1231,12 +1231,11 @@ int cache_chunk_reserve(struct chunk *ck)
     CHECK_OBJ(ck, CHUNK_MAGIC);
     struct cache *c = ck->cache;
     ASSERT(ck->state == CHUNK_S_FILLING && ck->meta_known);
-    if (ck->data != NULL)
+    if (ck->mem_block.data != NULL)
         return 0;
     if (!evict_for(c, ck->cap))
         return -ENOMEM;
-    ck->data = malloc(ck->cap);
-    if (ck->data == NULL)
+    if (chunkmem_get(c->mem, (size_t)ck->cap, &ck->mem_block) < 0)
         return -ENOMEM;
     ck->mem = ck->cap;
     c->mem_used += ck->cap;
@@ -1247,7 +1246,7 @@ int cache_chunk_reserve(struct chunk *ck)
 struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    if (ck->state != CHUNK_S_SEALED || ck->data == NULL)
+    if (ck->state != CHUNK_S_SEALED || ck->mem_block.data == NULL)
         return NULL;
     /* Only when memory is short: sending from memory is cheaper than from the file. */
     if (c->mem_waiters == NULL && c->mem_used + c->chunk_size <= c->budget)
@@ -1352,8 +1351,8 @@ struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len
 void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    ASSERT(cache_chunk_fits(ck, off, len) && ck->data != NULL);
-    memcpy(ck->data + off, data, len);
+    ASSERT(cache_chunk_fits(ck, off, len) && ck->mem_block.data != NULL);
+    memcpy(ck->mem_block.data + off, data, len);
     if (off == ck->len)
         ck->len += len;
     else
@@ -1518,10 +1517,10 @@ void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes 
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ASSERT(off <= ck->cap);
-    if (ck->data != NULL) {
-        out->data = ck->data + off;
-        out->fd = -1;
-        out->file_off = 0;
+    if (ck->mem_block.data != NULL) {
+        out->data = ck->mem_block.data + off;
+        out->fd = chunkmem_fd(ck->cache->mem);
+        out->file_off = out->fd >= 0 ? ck->mem_block.off + (off_t)off : 0;
     } else {
         out->data = NULL;
         out->fd = ck->fd;
@@ -1608,7 +1607,7 @@ bool cache_chunk_is_split(const struct chunk *ck)
 bool cache_chunk_is_reserved(const struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    return ck->data != NULL;
+    return ck->mem_block.data != NULL;
 }
 
 int cache_purge(struct cache *c, const char *key, size_t key_len)
@@ -1835,6 +1834,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->magic = CACHE_MAGIC;
     c->loop = loop;
     c->chunk_size = cfg->chunk_size;
+    c->mem = chunkmem_new((size_t)cfg->chunk_size, true);
     c->budget = cfg->memory_size;
     c->answers = anstore_new((size_t)cfg->answers_memory);
     c->n_dirs = cfg->n_dirs;
@@ -1855,6 +1855,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     if (c->io == NULL) {
         snprintf(err, errlen, "cannot start the disk I/O threads: %s", strerror(errno));
         cache_seen_tab_fini(&c->seen);
+        chunkmem_free(&c->mem);
         anstore_free(&c->answers);
         free(c->shards);
         free(c->verified);
@@ -1924,6 +1925,7 @@ void cache_free(struct cache **cp)
     }
     ev_clear_pending(c->loop, &c->notify_ev);
     cache_seen_tab_fini(&c->seen);
+    chunkmem_free(&c->mem);
     anstore_free(&c->answers);
     diskidx_free(&c->didx);
     for (size_t i = 0; i < c->n_dirs; i++)

@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "chunkfile.h"
+#include "chunkmem.h"
 #include "config.h"
 #include "ngxcache.h"
 
@@ -109,14 +110,14 @@ struct chunk {
      * parts join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. Set by the
      * filler through cache_chunk_split_at()/cache_chunk_unsplit(). */
     uint64_t tail_off, tail_end;
-    char *data;            /* owns: memory chunk bytes, NULL for a disk chunk */
-    int fd;                /* owns: disk chunk file, -1 for a memory chunk */
-    off_t body_off;        /* where the body starts in fd */
-    bool started_by_fetch; /* a fill was started for it (its first reader is a MISS) */
-    bool refetch;          /* that fill was started by a forced lookup (?nocache=) */
-    int origin_status;     /* that fill's origin answer status (206, 200), 0: none yet */
-    uint64_t refetch_id;   /* that lookup's cache_refetch_id (0: not forced) */
-    char *key;             /* owns: "identifier\npath" */
+    struct chunkmem_block mem_block; /* owns: memory chunk bytes (data NULL for a disk chunk) */
+    int fd;                          /* owns: disk chunk file, -1 for a memory chunk */
+    off_t body_off;                  /* where the body starts in fd */
+    bool started_by_fetch;           /* a fill was started for it (its first reader is a MISS) */
+    bool refetch;                    /* that fill was started by a forced lookup (?nocache=) */
+    int origin_status;               /* that fill's origin answer status (206, 200), 0: none yet */
+    uint64_t refetch_id;             /* that lookup's cache_refetch_id (0: not forced) */
+    char *key;                       /* owns: "identifier\npath" */
     size_t key_len;
     struct chunk *hnext;         /* memory table chain */
     struct chunk *cnext, *cprev; /* CLOCK ring of sealed memory chunks */
@@ -228,6 +229,7 @@ struct cache {
     struct ev_loop *loop;
     struct anstore *answers; /* owns: the fresh answers that are not objects */
     uint64_t chunk_size;
+    struct chunkmem *mem; /* owns: where memory chunks' bytes live */
     uint64_t budget;
     uint64_t mem_used;
     char **dirs; /* owns */

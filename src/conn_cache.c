@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -585,6 +587,14 @@ static bool head_step(struct conn *c)
     return true;
 }
 
+/* Whether socket <fd> holds at least <n> bytes it has not handed on (sent and unacknowledged, or
+ * not sent yet). */
+static bool queued_at_least(int fd, int n)
+{
+    int q = 0;
+    return ioctl(fd, SIOCOUTQ, &q) == 0 && q >= n;
+}
+
 static bool same_version(const struct cache_meta *a, const struct cache_meta *b)
 {
     return a->total == b->total && strcmp(a->etag, b->etag) == 0 &&
@@ -595,6 +605,7 @@ static bool body_step(struct conn *c)
 {
     uint64_t cs = cache_chunk_size(c->ctx->cache);
     uint64_t turn = 0; /* bytes sent in this turn: yield after CONN_SEND_TURN for fairness */
+    int by_ref = -1;   /* chunk memory goes by reference in this turn (-1: not decided) */
     if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write)
         return false; /* the head (or earlier bytes) first */
     while (c->pos <= c->end) {
@@ -644,8 +655,10 @@ static bool body_step(struct conn *c)
         cache_chunk_bytes(ck, off, &b);
         if (b.data != NULL && n > CONN_SEND_MAX)
             n = CONN_SEND_MAX; /* the rest follows in this turn (see CONN_SEND_MAX) */
+        if (by_ref < 0)        /* at the turn's first send, before its own bytes are queued */
+            by_ref = b.data != NULL && b.fd >= 0 && queued_at_least(c->fd, CONN_BYREF_QUEUE);
         do {
-            if (b.data != NULL) {
+            if (b.data != NULL && !by_ref) {
                 k = send(c->fd, b.data, n, MSG_NOSIGNAL);
             } else {
                 off_t fo = b.file_off;
@@ -670,6 +683,12 @@ static bool body_step(struct conn *c)
             conn_close(c);
             return false;
         }
+        if (b.data == NULL)
+            g_stats.sent_file += (uint64_t)k;
+        else if (by_ref)
+            g_stats.sent_mem_ref += (uint64_t)k;
+        else
+            g_stats.sent_mem_copy += (uint64_t)k;
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
         /* Per byte: a first delivery is a miss, any later one a hit (cache_chunk_deliver). */

@@ -37,6 +37,15 @@ struct upstream;
  * then cost the proxy core 1.8x the CPU per byte (bench/README.md, "Warm big"). 15 segments'
  * worth per call stays under it. */
 #define CONN_SEND_MAX (15 * 64 * 1024)
+/* Chunk-memory bytes go to a client by reference (sendfile from the chunk memory file, see
+ * chunkmem.h) rather than copied, in a turn that starts with its socket still holding at least
+ * this many bytes it has not handed on: a client that far behind keeps what we send waiting in
+ * the kernel, where a copy costs the proxy a copy into memory nobody will touch soon (cold
+ * coalesced downloads, whose readers lag the fill) and keeps the bytes twice. A client that keeps
+ * up gets copies: on loopback its side reads copies cheaper than page references, which keeps
+ * warm hits fastest (bench/README.md, "Issue 21"). Decided once per turn, before the turn's own
+ * bytes are queued. */
+#define CONN_BYREF_QUEUE (512 * 1024)
 /* Lingering close (as nginx's): after a response that closes the connection, our side is shut
  * down and what the client still sends is read and dropped for at most this long / this much, so
  * that unread request bytes do not make the kernel answer with a reset that destroys the

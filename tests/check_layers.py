@@ -45,7 +45,7 @@ import sys
 # needs no cache and sits beside conn as the other client-side relay; main wires everything).
 LAYERS = """
 base:      util cluster stats config buf log access live
-protocol:  httpdate http1 adminauth objhead range multipart precond forward chunkfile ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
+protocol:  httpdate http1 adminauth objhead range multipart precond forward chunkfile chunkmem ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
 origin:    resolver upool upstream peers
 core:      cache
 fill:      fetch

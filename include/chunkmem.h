@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * chunkmem: the memory that chunk bytes live in while a chunk is in memory (cache.c owns one).
+ *
+ * Blocks are slots of one shared-memory file (memfd_create), each mapped while it is held, so
+ * that a reader can hand committed bytes to a socket by reference (sendfile from chunkmem_fd()
+ * at the block's offset) instead of copying them into it: the socket then queues references to
+ * the block's pages. Bytes queued that way stay as they were after the block is released and its
+ * slot is given to another chunk: a release punches the slot out of the file
+ * (FALLOC_FL_PUNCH_HOLE), so the next holder of the slot writes to new pages while the queued
+ * references keep the old ones alive until the socket lets go of them. A slot is a whole
+ * multiple of the largest page the file can be made of (a PMD: 2 MiB with 4 KiB pages), so a
+ * release never covers part of a page, which the kernel would zero in place rather than drop.
+ *
+ * Where no such file can be made (memfd or hole punching not supported), or when asked so,
+ * blocks come from malloc and chunkmem_fd() is -1: bytes then can only be copied.
+ *
+ * The file's pages are the process's memory like malloc'd ones (shared memory in
+ * /proc/meminfo): the cache's memory budget counts held blocks; pages a socket still refers to
+ * after a release are the kernel's, bounded by the socket buffers as copies would be.
+ *
+ * Used from one thread at a time (the loop's); the I/O pool only reads blocks it was handed.
+ */
+#ifndef CACHEPARTY_CHUNKMEM_H
+#define CACHEPARTY_CHUNKMEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct chunkmem;
+
+/* One block: <len> bytes at <data>; <off> is where they are in chunkmem_fd() (0 in malloc mode,
+ * where <slot> is unused). */
+struct chunkmem_block {
+    char *data;
+    off_t off;
+    size_t len;
+    size_t slot;
+};
+
+/* An allocator of blocks of at most <max_block> bytes (> 0); with <by_ref> false, or when the
+ * system cannot give a memory file whose holes can be punched, the malloc kind (one log line
+ * says why). Never NULL. */
+struct chunkmem *chunkmem_new(size_t max_block, bool by_ref);
+/* Every block must have been released. NULL-safe; clears *<m>. */
+void chunkmem_free(struct chunkmem **m);
+/* The memory file to send blocks from by reference, or -1 (malloc kind). */
+int chunkmem_fd(const struct chunkmem *m);
+/* The size of a slot in the memory file (0 for the malloc kind). */
+size_t chunkmem_slot_size(const struct chunkmem *m);
+/* A block of <len> (<= max_block) bytes, contents unspecified. 0, or -ENOMEM (no
+ * memory, no mapping, or the file cannot grow) with <b> cleared. */
+int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b);
+/* Releases <b> (a block of <m>, or a cleared one: nothing to do) and clears it. */
+void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b);
+/* Blocks held now (for tests and the stats). */
+size_t chunkmem_held(const struct chunkmem *m);
+
+#endif

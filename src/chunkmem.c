@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * chunkmem: blocks of chunk memory in slots of one memfd, or from malloc (see chunkmem.h).
+ *
+ * Slot i covers [i * slot, (i + 1) * slot) of the file. Free slots are a stack (the most
+ * recently released first); slots never used come after them, and the file grows (ftruncate:
+ * sparse, no pages) in doubling steps to cover them. A block maps only its own length (rounded
+ * to a page) of its slot, so the address space used is the held bytes, not the slots (32-bit
+ * systems). A release unmaps the block and punches its whole slot out of the file; a slot whose
+ * punch fails is never used again (its pages would still be the ones sockets may refer to).
+ */
+#include "chunkmem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+struct chunkmem {
+    size_t max_block;
+    int fd;       /* owns: the memory file, -1 for the malloc kind */
+    size_t slot;  /* bytes per slot (a multiple of the PMD size) */
+    size_t page;  /* the page size */
+    size_t *free; /* owns: stack of free slot indices */
+    size_t n_free, cap_free;
+    size_t next;       /* slots [next, ...) were never used */
+    size_t file_slots; /* slots the file's size covers */
+    size_t held;
+    size_t lost; /* slots taken out of use after a failed punch */
+};
+
+/* The largest page a shared-memory file may be made of: the PMD size (transparent huge pages),
+ * from the kernel when it says, else what a PMD maps with this page size (at least 2 MiB). */
+static size_t pmd_size(size_t page)
+{
+    size_t v = 0;
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
+    if (f != NULL) {
+        unsigned long long x = 0;
+        if (fscanf(f, "%llu", &x) == 1 && x > 0 && x <= (1ULL << 30))
+            v = (size_t)x;
+        fclose(f);
+    }
+    if (v == 0)
+        v = page * (page / sizeof(void *));
+    if (v < (size_t)2 << 20)
+        v = (size_t)2 << 20;
+    return v;
+}
+
+static size_t round_up(size_t v, size_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+/* What a block of <len> bytes maps (at least a page: mmap takes no empty mapping). */
+static size_t map_len(const struct chunkmem *m, size_t len)
+{
+    return round_up(len > 0 ? len : 1, m->page);
+}
+
+static int punch(int fd, off_t off, size_t len)
+{
+    int r;
+    do {
+        r = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)len);
+    } while (r < 0 && errno == EINTR);
+    return r;
+}
+
+/* The memory file, or -1 with <why> set (the malloc kind is used then). */
+static int open_file(size_t slot, const char **why)
+{
+    int fd = memfd_create("cacheparty-chunks", MFD_CLOEXEC);
+    if (fd < 0) {
+        *why = "memfd_create";
+        return -1;
+    }
+    /* A first slot, and a hole punched in it: what every release will do. */
+    if (ftruncate(fd, (off_t)slot) < 0) {
+        *why = "ftruncate";
+    } else if (punch(fd, 0, slot) < 0) {
+        *why = "fallocate(FALLOC_FL_PUNCH_HOLE)";
+    } else {
+        return fd;
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+struct chunkmem *chunkmem_new(size_t max_block, bool by_ref)
+{
+    ASSERT(max_block > 0);
+    struct chunkmem *m = xcalloc(1, sizeof(*m));
+    m->max_block = max_block;
+    long pg = sysconf(_SC_PAGESIZE);
+    m->page = pg > 0 ? (size_t)pg : 4096;
+    m->fd = -1;
+    if (by_ref) {
+        size_t slot = round_up(round_up(max_block, m->page), pmd_size(m->page));
+        const char *why = NULL;
+        m->fd = open_file(slot, &why);
+        if (m->fd >= 0) {
+            m->slot = slot;
+            m->file_slots = 1;
+        } else {
+            log_info("chunk memory: no memory file (%s: %s): chunk bytes are copied to clients",
+                     why, strerror(errno));
+        }
+    }
+    return m;
+}
+
+void chunkmem_free(struct chunkmem **mp)
+{
+    struct chunkmem *m = *mp;
+    if (m == NULL)
+        return;
+    ASSERT(m->held == 0);
+    if (m->fd >= 0)
+        close(m->fd);
+    free(m->free);
+    free(m);
+    *mp = NULL;
+}
+
+int chunkmem_fd(const struct chunkmem *m)
+{
+    return m->fd;
+}
+
+size_t chunkmem_slot_size(const struct chunkmem *m)
+{
+    return m->slot;
+}
+
+size_t chunkmem_held(const struct chunkmem *m)
+{
+    return m->held;
+}
+
+/* A slot index to use, growing the file when every used slot is held; -1 when it cannot. */
+static int take_slot(struct chunkmem *m, size_t *out)
+{
+    if (m->n_free > 0) {
+        *out = m->free[--m->n_free];
+        return 0;
+    }
+    if (m->next == m->file_slots) {
+        size_t want = m->file_slots < 16 ? 16 : m->file_slots * 2;
+        if (want > (size_t)(INT64_MAX / 2) / m->slot ||
+            ftruncate(m->fd, (off_t)want * (off_t)m->slot) < 0)
+            return -1;
+        m->file_slots = want;
+    }
+    *out = m->next++;
+    return 0;
+}
+
+static void give_slot(struct chunkmem *m, size_t slot)
+{
+    if (m->n_free == m->cap_free) {
+        m->cap_free = m->cap_free < 16 ? 16 : m->cap_free * 2;
+        m->free = xrealloc(m->free, m->cap_free * sizeof(*m->free));
+    }
+    m->free[m->n_free++] = slot;
+}
+
+int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
+{
+    ASSERT(len <= m->max_block);
+    memset(b, 0, sizeof(*b));
+    if (m->fd < 0) {
+        b->data = malloc(len > 0 ? len : 1);
+        if (b->data == NULL)
+            return -ENOMEM;
+        b->len = len;
+        m->held++;
+        return 0;
+    }
+    size_t slot;
+    if (take_slot(m, &slot) < 0)
+        return -ENOMEM;
+    off_t off = (off_t)slot * (off_t)m->slot;
+    void *p = mmap(NULL, map_len(m, len), PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, off);
+    if (p == MAP_FAILED) {
+        give_slot(m, slot); /* (nothing was written to it) */
+        return -ENOMEM;
+    }
+    b->data = p;
+    b->off = off;
+    b->len = len;
+    b->slot = slot;
+    m->held++;
+    return 0;
+}
+
+void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)
+{
+    if (b->data == NULL)
+        return;
+    ASSERT(m->held > 0);
+    m->held--;
+    if (m->fd < 0) {
+        free(b->data);
+    } else {
+        munmap(b->data, map_len(m, b->len));
+        if (punch(m->fd, b->off, m->slot) == 0) {
+            give_slot(m, b->slot);
+        } else {
+            if (m->lost++ == 0)
+                log_err("chunk memory: releasing a slot failed (%s): it is not used again",
+                        strerror(errno));
+        }
+    }
+    memset(b, 0, sizeof(*b));
+}

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_chunkmem: chunk memory blocks (chunkmem.h): the malloc kind and the memory-file kind,
+ * slots (a multiple of the PMD size, reused after a release), the file growing past its first
+ * slots, empty blocks, and the property a by-reference send relies on: bytes a TCP socket queued
+ * from a block by sendfile arrive as they were when sent, after the block was released and its
+ * slot was reused and overwritten by the next block.
+ */
+#include "chunkmem.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define MIB ((size_t)1 << 20)
+
+static void test_malloc_kind_has_no_file_and_gives_blocks(void **state)
+{
+    (void)state;
+    struct chunkmem *m = chunkmem_new(MIB, false);
+    assert_int_equal(chunkmem_fd(m), -1);
+    assert_int_equal(chunkmem_slot_size(m), 0);
+    struct chunkmem_block a, b;
+    assert_int_equal(chunkmem_get(m, MIB, &a), 0);
+    assert_int_equal(chunkmem_get(m, 10, &b), 0);
+    assert_non_null(a.data);
+    assert_non_null(b.data);
+    assert_int_equal(a.len, MIB);
+    memset(a.data, 'a', MIB);
+    memset(b.data, 'b', 10);
+    assert_int_equal(chunkmem_held(m), 2);
+    chunkmem_put(m, &a);
+    assert_null(a.data);
+    chunkmem_put(m, &a); /* a cleared block: nothing */
+    chunkmem_put(m, &b);
+    assert_int_equal(chunkmem_held(m), 0);
+    chunkmem_free(&m);
+    assert_null(m);
+    chunkmem_free(&m);
+}
+
+static void test_file_kind_slots_are_whole_pmds_and_reused(void **state)
+{
+    (void)state;
+    struct chunkmem *m = chunkmem_new(MIB + 1, true);
+    assert_true(chunkmem_fd(m) >= 0);
+    size_t slot = chunkmem_slot_size(m);
+    assert_true(slot >= MIB + 1);
+    assert_int_equal(slot % (2 * MIB), 0);
+    struct chunkmem_block a, b, c;
+    assert_int_equal(chunkmem_get(m, MIB + 1, &a), 0);
+    assert_int_equal(chunkmem_get(m, MIB, &b), 0);
+    assert_int_equal(a.off % (off_t)slot, 0);
+    assert_int_equal(b.off % (off_t)slot, 0);
+    assert_true(a.off != b.off);
+    memset(a.data, 'a', MIB + 1);
+    memset(b.data, 'b', MIB);
+    off_t a_off = a.off;
+    chunkmem_put(m, &a);
+    /* The slot released last is the next one given, with new (zeroed) pages. */
+    assert_int_equal(chunkmem_get(m, 4096, &c), 0);
+    assert_int_equal(c.off, a_off);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(c.data[i], 0);
+    assert_int_equal(b.data[MIB - 1], 'b');
+    chunkmem_put(m, &b);
+    chunkmem_put(m, &c);
+    assert_int_equal(chunkmem_held(m), 0);
+    chunkmem_free(&m);
+}
+
+static void test_file_grows_past_its_first_slots(void **state)
+{
+    (void)state;
+    struct chunkmem *m = chunkmem_new(64 * 1024, true);
+    assert_true(chunkmem_fd(m) >= 0);
+    enum { N = 40 };
+    struct chunkmem_block b[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(chunkmem_get(m, 64 * 1024, &b[i]), 0);
+        memset(b[i].data, 'A' + i % 26, 64 * 1024);
+        for (int j = 0; j < i; j++)
+            assert_true(b[j].off != b[i].off);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(b[i].data[0], 'A' + i % 26);
+        assert_int_equal(b[i].data[64 * 1024 - 1], 'A' + i % 26);
+        chunkmem_put(m, &b[i]);
+    }
+    assert_int_equal(chunkmem_held(m), 0);
+    chunkmem_free(&m);
+}
+
+static void test_empty_blocks(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 2; kind++) {
+        struct chunkmem *m = chunkmem_new(MIB, kind == 1);
+        struct chunkmem_block b;
+        assert_int_equal(chunkmem_get(m, 0, &b), 0);
+        assert_non_null(b.data);
+        assert_int_equal(b.len, 0);
+        chunkmem_put(m, &b);
+        chunkmem_free(&m);
+    }
+}
+
+/* A connected TCP pair on loopback: *<tx> sends, *<rx> receives. */
+static void tcp_pair(int *tx, int *rx)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    *tx = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*tx >= 0);
+    assert_int_equal(connect(*tx, (struct sockaddr *)&a, sizeof(a)), 0);
+    *rx = accept(l, NULL, NULL);
+    assert_true(*rx >= 0);
+    close(l);
+}
+
+static void test_bytes_queued_by_reference_survive_release_and_reuse(void **state)
+{
+    (void)state;
+    struct chunkmem *m = chunkmem_new(MIB, true);
+    int fd = chunkmem_fd(m);
+    assert_true(fd >= 0);
+    int tx, rx;
+    tcp_pair(&tx, &rx);
+    /* Small enough to sit whole in the two socket buffers while nobody reads. */
+    enum { LEN = 48 * 1024 };
+    struct chunkmem_block a;
+    assert_int_equal(chunkmem_get(m, LEN, &a), 0);
+    for (size_t i = 0; i < LEN; i++)
+        a.data[i] = (char)('a' + i % 23);
+    off_t pos = a.off;
+    size_t sent = 0;
+    while (sent < LEN) {
+        ssize_t k = sendfile(tx, fd, &pos, LEN - sent);
+        assert_true(k > 0);
+        sent += (size_t)k;
+    }
+    off_t a_off = a.off;
+    chunkmem_put(m, &a);
+    /* The same slot, written over while the socket still holds the bytes sent from it. */
+    struct chunkmem_block b;
+    assert_int_equal(chunkmem_get(m, LEN, &b), 0);
+    assert_int_equal(b.off, a_off);
+    memset(b.data, 'X', LEN);
+    static char got[LEN];
+    size_t n = 0;
+    while (n < LEN) {
+        ssize_t k = recv(rx, got + n, LEN - n, 0);
+        assert_true(k > 0);
+        n += (size_t)k;
+    }
+    for (size_t i = 0; i < LEN; i++)
+        if (got[i] != (char)('a' + i % 23))
+            fail_msg("byte %zu is %d after the slot was reused", i, got[i]);
+    assert_int_equal(b.data[LEN - 1], 'X');
+    chunkmem_put(m, &b);
+    close(tx);
+    close(rx);
+    chunkmem_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_malloc_kind_has_no_file_and_gives_blocks),
+        cmocka_unit_test(test_file_kind_slots_are_whole_pmds_and_reused),
+        cmocka_unit_test(test_file_grows_past_its_first_slots),
+        cmocka_unit_test(test_empty_blocks),
+        cmocka_unit_test(test_bytes_queued_by_reference_survive_release_and_reuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
