@@ -12,12 +12,18 @@
  * multiple of the largest page the file can be made of (a PMD: 2 MiB with 4 KiB pages), so a
  * release never covers part of a page, which the kernel would zero in place rather than drop.
  *
- * Where no such file can be made (memfd or hole punching not supported), or when asked so,
- * blocks come from malloc and chunkmem_fd() is -1: bytes then can only be copied.
+ * Blocks shorter than CHUNKMEM_REF_MIN come from malloc (copying them costs less than a
+ * sendfile), and so does every block once <max_mapped> blocks of the file are held: each held
+ * block is a mapping of its own, and a process has a limited number (vm.max_map_count). Where no
+ * such file can be made (memfd or hole punching not supported), when asked so, or after a
+ * release failed to punch its slot, every block comes from malloc. A block says which it is.
  *
  * The file's pages are the process's memory like malloc'd ones (shared memory in
- * /proc/meminfo): the cache's memory budget counts held blocks; pages a socket still refers to
- * after a release are the kernel's, bounded by the socket buffers as copies would be.
+ * /proc/meminfo): the cache's memory budget counts held blocks. Pages a socket still refers to
+ * after a release are the kernel's, held as long as the socket holds those bytes; a reference
+ * holds the whole page (folio) it points into, so with huge pages for shared memory
+ * (shmem_enabled) and chunks of 2 MiB or more that can be up to a huge page per socket more
+ * than the bytes themselves.
  *
  * Used from one thread at a time (the loop's); the I/O pool only reads blocks it was handed.
  */
@@ -30,31 +36,37 @@
 
 struct chunkmem;
 
-/* One block: <len> bytes at <data>; <off> is where they are in chunkmem_fd() (0 in malloc mode,
- * where <slot> is unused). */
+#define CHUNKMEM_REF_MIN (64 * 1024)
+
+/* One block: <len> bytes at <data>; when <in_file>, they are at <off> of chunkmem_fd() (slot
+ * <slot>), else malloc'd. */
 struct chunkmem_block {
     char *data;
     off_t off;
     size_t len;
     size_t slot;
+    bool in_file;
 };
 
 /* An allocator of blocks of at most <max_block> bytes (> 0); with <by_ref> false, or when the
  * system cannot give a memory file whose holes can be punched, the malloc kind (one log line
- * says why). Never NULL. */
-struct chunkmem *chunkmem_new(size_t max_block, bool by_ref);
+ * says why). At most <max_mapped> blocks are in the file at once (0: a quarter of
+ * vm.max_map_count). Never NULL. */
+struct chunkmem *chunkmem_new(size_t max_block, bool by_ref, size_t max_mapped);
 /* Every block must have been released. NULL-safe; clears *<m>. */
 void chunkmem_free(struct chunkmem **m);
-/* The memory file to send blocks from by reference, or -1 (malloc kind). */
+/* The memory file to send blocks from by reference (those <in_file>), or -1 (malloc kind). */
 int chunkmem_fd(const struct chunkmem *m);
 /* The size of a slot in the memory file (0 for the malloc kind). */
 size_t chunkmem_slot_size(const struct chunkmem *m);
 /* A block of <len> (<= max_block) bytes, contents unspecified. 0, or -ENOMEM (no
  * memory, no mapping, or the file cannot grow) with <b> cleared. */
-int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b);
+int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
+    __attribute__((warn_unused_result));
 /* Releases <b> (a block of <m>, or a cleared one: nothing to do) and clears it. */
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b);
-/* Blocks held now (for tests and the stats). */
+/* Blocks held now, and of them those in the file (for tests). */
 size_t chunkmem_held(const struct chunkmem *m);
+size_t chunkmem_held_in_file(const struct chunkmem *m);
 
 #endif

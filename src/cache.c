@@ -1519,8 +1519,8 @@ void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes 
     ASSERT(off <= ck->cap);
     if (ck->mem_block.data != NULL) {
         out->data = ck->mem_block.data + off;
-        out->fd = chunkmem_fd(ck->cache->mem);
-        out->file_off = out->fd >= 0 ? ck->mem_block.off + (off_t)off : 0;
+        out->fd = ck->mem_block.in_file ? chunkmem_fd(ck->cache->mem) : -1;
+        out->file_off = ck->mem_block.in_file ? ck->mem_block.off + (off_t)off : 0;
     } else {
         out->data = NULL;
         out->fd = ck->fd;
@@ -1834,7 +1834,7 @@ struct cache *cache_new(struct ev_loop *loop, const struct config *cfg, char *er
     c->magic = CACHE_MAGIC;
     c->loop = loop;
     c->chunk_size = cfg->chunk_size;
-    c->mem = chunkmem_new((size_t)cfg->chunk_size, true);
+    c->mem = chunkmem_new((size_t)cfg->chunk_size, true, 0);
     c->budget = cfg->memory_size;
     c->answers = anstore_new((size_t)cfg->answers_memory);
     c->n_dirs = cfg->n_dirs;

@@ -6,8 +6,10 @@
  * recently released first); slots never used come after them, and the file grows (ftruncate:
  * sparse, no pages) in doubling steps to cover them. A block maps only its own length (rounded
  * to a page) of its slot, so the address space used is the held bytes, not the slots (32-bit
- * systems). A release unmaps the block and punches its whole slot out of the file; a slot whose
- * punch fails is never used again (its pages would still be the ones sockets may refer to).
+ * systems). A release unmaps the block and punches its whole slot out of the file. A slot whose
+ * punch fails is never used again (its pages would still be the ones sockets may refer to), and
+ * from then on every new block is malloc'd: counted (errors_total{kind="chunk_memory"}) and
+ * logged once.
  */
 #include "chunkmem.h"
 
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "stats.h"
 #include "util.h"
 
 struct chunkmem {
@@ -33,7 +36,10 @@ struct chunkmem {
     size_t next;       /* slots [next, ...) were never used */
     size_t file_slots; /* slots the file's size covers */
     size_t held;
-    size_t lost; /* slots taken out of use after a failed punch */
+    size_t held_in_file;
+    size_t max_mapped; /* blocks in the file at once, at most */
+    bool broken;       /* a punch failed: no block goes in the file any more */
+    bool told_full;    /* max_mapped was reached once (logged) */
 };
 
 /* The largest page a shared-memory file may be made of: the PMD size (transparent huge pages),
@@ -97,7 +103,20 @@ static int open_file(size_t slot, const char **why)
     return -1;
 }
 
-struct chunkmem *chunkmem_new(size_t max_block, bool by_ref)
+/* A quarter of what the kernel lets a process map (vm.max_map_count, 65530 by default). */
+static size_t default_max_mapped(void)
+{
+    unsigned long long v = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%llu", &v) != 1 || v < 64)
+            v = 65530;
+        fclose(f);
+    }
+    return (size_t)(v / 4);
+}
+
+struct chunkmem *chunkmem_new(size_t max_block, bool by_ref, size_t max_mapped)
 {
     ASSERT(max_block > 0);
     struct chunkmem *m = xcalloc(1, sizeof(*m));
@@ -105,6 +124,7 @@ struct chunkmem *chunkmem_new(size_t max_block, bool by_ref)
     long pg = sysconf(_SC_PAGESIZE);
     m->page = pg > 0 ? (size_t)pg : 4096;
     m->fd = -1;
+    m->max_mapped = max_mapped > 0 ? max_mapped : default_max_mapped();
     if (by_ref) {
         size_t slot = round_up(round_up(max_block, m->page), pmd_size(m->page));
         const char *why = NULL;
@@ -148,6 +168,11 @@ size_t chunkmem_held(const struct chunkmem *m)
     return m->held;
 }
 
+size_t chunkmem_held_in_file(const struct chunkmem *m)
+{
+    return m->held_in_file;
+}
+
 /* A slot index to use, growing the file when every used slot is held; -1 when it cannot. */
 static int take_slot(struct chunkmem *m, size_t *out)
 {
@@ -175,31 +200,47 @@ static void give_slot(struct chunkmem *m, size_t slot)
     m->free[m->n_free++] = slot;
 }
 
+/* Whether a block of <len> bytes goes in the file. */
+static bool in_file(struct chunkmem *m, size_t len)
+{
+    if (m->fd < 0 || m->broken || len < CHUNKMEM_REF_MIN)
+        return false;
+    if (m->held_in_file < m->max_mapped)
+        return true;
+    if (!m->told_full) {
+        m->told_full = true;
+        log_info("chunk memory: %zu chunks held by reference, the most allowed (a quarter of "
+                 "vm.max_map_count): more are copied to clients",
+                 m->max_mapped);
+    }
+    return false;
+}
+
 int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
 {
     ASSERT(len <= m->max_block);
     memset(b, 0, sizeof(*b));
-    if (m->fd < 0) {
-        b->data = malloc(len > 0 ? len : 1);
-        if (b->data == NULL)
-            return -ENOMEM;
-        b->len = len;
-        m->held++;
-        return 0;
-    }
     size_t slot;
-    if (take_slot(m, &slot) < 0)
-        return -ENOMEM;
-    off_t off = (off_t)slot * (off_t)m->slot;
-    void *p = mmap(NULL, map_len(m, len), PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, off);
-    if (p == MAP_FAILED) {
+    if (in_file(m, len) && take_slot(m, &slot) == 0) {
+        off_t off = (off_t)slot * (off_t)m->slot;
+        void *p = mmap(NULL, map_len(m, len), PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, off);
+        if (p != MAP_FAILED) {
+            b->data = p;
+            b->off = off;
+            b->len = len;
+            b->slot = slot;
+            b->in_file = true;
+            m->held++;
+            m->held_in_file++;
+            return 0;
+        }
         give_slot(m, slot); /* (nothing was written to it) */
-        return -ENOMEM;
     }
-    b->data = p;
-    b->off = off;
+    /* Too short, no file, too many mappings, or the file could not give one: malloc'd. */
+    b->data = malloc(len > 0 ? len : 1);
+    if (b->data == NULL)
+        return -ENOMEM;
     b->len = len;
-    b->slot = slot;
     m->held++;
     return 0;
 }
@@ -210,16 +251,21 @@ void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)
         return;
     ASSERT(m->held > 0);
     m->held--;
-    if (m->fd < 0) {
+    if (!b->in_file) {
         free(b->data);
     } else {
+        ASSERT(m->held_in_file > 0);
+        m->held_in_file--;
         munmap(b->data, map_len(m, b->len));
         if (punch(m->fd, b->off, m->slot) == 0) {
             give_slot(m, b->slot);
         } else {
-            if (m->lost++ == 0)
-                log_err("chunk memory: releasing a slot failed (%s): it is not used again",
+            g_stats.chunkmem_punch_failed++;
+            if (!m->broken)
+                log_err("chunk memory: releasing a slot failed (%s): it is not used again, and "
+                        "chunk bytes are copied to clients from now on",
                         strerror(errno));
+            m->broken = true;
         }
     }
     memset(b, 0, sizeof(*b));

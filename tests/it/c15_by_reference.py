@@ -18,6 +18,10 @@ class ByReference(H.CPTestCase):
         return self.daemon.metrics().get(name, 0)
 
     def test_bytes_sent_by_reference_survive_memory_reuse(self):
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            if int(f.read().split()[2]) < 2 * H.MIB:
+                self.skipTest("socket send buffers capped under 2 MiB (net.ipv4.tcp_wmem): a "
+                              "socket never holds the 512 KiB that makes a send by reference")
         d = self.setup_proxy({"server": {"admin_listen": "auto", "send_timeout": "60s"},
                               "cache": {"memory_size": "8M"},
                               "upstream": {"read_timeout": "20s"}})

@@ -2,9 +2,10 @@
 /*
  * test_chunkmem: chunk memory blocks (chunkmem.h): the malloc kind and the memory-file kind,
  * slots (a multiple of the PMD size, reused after a release), the file growing past its first
- * slots, empty blocks, and the property a by-reference send relies on: bytes a TCP socket queued
- * from a block by sendfile arrive as they were when sent, after the block was released and its
- * slot was reused and overwritten by the next block.
+ * slots, short blocks and blocks past the mapping limit malloc'd, empty blocks, and the property a
+ * by-reference send relies on: bytes a TCP socket queued from a block by sendfile arrive as they
+ * were when sent, after the block was released and its slot was reused and overwritten by the next
+ * block.
  */
 #include "chunkmem.h"
 
@@ -23,10 +24,19 @@
 
 #define MIB ((size_t)1 << 20)
 
+/* The memory-file kind, or the test is skipped (a system without memfd or hole punching). */
+static void need_file(struct chunkmem *m)
+{
+    if (chunkmem_fd(m) < 0) {
+        chunkmem_free(&m);
+        skip();
+    }
+}
+
 static void test_malloc_kind_has_no_file_and_gives_blocks(void **state)
 {
     (void)state;
-    struct chunkmem *m = chunkmem_new(MIB, false);
+    struct chunkmem *m = chunkmem_new(MIB, false, 0);
     assert_int_equal(chunkmem_fd(m), -1);
     assert_int_equal(chunkmem_slot_size(m), 0);
     struct chunkmem_block a, b;
@@ -51,8 +61,8 @@ static void test_malloc_kind_has_no_file_and_gives_blocks(void **state)
 static void test_file_kind_slots_are_whole_pmds_and_reused(void **state)
 {
     (void)state;
-    struct chunkmem *m = chunkmem_new(MIB + 1, true);
-    assert_true(chunkmem_fd(m) >= 0);
+    struct chunkmem *m = chunkmem_new(MIB + 1, true, 0);
+    need_file(m);
     size_t slot = chunkmem_slot_size(m);
     assert_true(slot >= MIB + 1);
     assert_int_equal(slot % (2 * MIB), 0);
@@ -67,9 +77,10 @@ static void test_file_kind_slots_are_whole_pmds_and_reused(void **state)
     off_t a_off = a.off;
     chunkmem_put(m, &a);
     /* The slot released last is the next one given, with new (zeroed) pages. */
-    assert_int_equal(chunkmem_get(m, 4096, &c), 0);
+    assert_int_equal(chunkmem_get(m, CHUNKMEM_REF_MIN, &c), 0);
+    assert_true(c.in_file);
     assert_int_equal(c.off, a_off);
-    for (size_t i = 0; i < 4096; i++)
+    for (size_t i = 0; i < CHUNKMEM_REF_MIN; i++)
         assert_int_equal(c.data[i], 0);
     assert_int_equal(b.data[MIB - 1], 'b');
     chunkmem_put(m, &b);
@@ -81,8 +92,8 @@ static void test_file_kind_slots_are_whole_pmds_and_reused(void **state)
 static void test_file_grows_past_its_first_slots(void **state)
 {
     (void)state;
-    struct chunkmem *m = chunkmem_new(64 * 1024, true);
-    assert_true(chunkmem_fd(m) >= 0);
+    struct chunkmem *m = chunkmem_new(64 * 1024, true, 0);
+    need_file(m);
     enum { N = 40 };
     struct chunkmem_block b[N];
     for (int i = 0; i < N; i++) {
@@ -100,11 +111,39 @@ static void test_file_grows_past_its_first_slots(void **state)
     chunkmem_free(&m);
 }
 
+static void test_short_blocks_and_blocks_past_the_mapping_limit_are_malloced(void **state)
+{
+    (void)state;
+    struct chunkmem *m = chunkmem_new(MIB, true, 2);
+    need_file(m);
+    struct chunkmem_block s, a, b, c, d;
+    assert_int_equal(chunkmem_get(m, CHUNKMEM_REF_MIN - 1, &s), 0);
+    assert_false(s.in_file);
+    assert_int_equal(chunkmem_get(m, MIB, &a), 0);
+    assert_int_equal(chunkmem_get(m, MIB, &b), 0);
+    assert_true(a.in_file && b.in_file);
+    assert_int_equal(chunkmem_held_in_file(m), 2);
+    assert_int_equal(chunkmem_get(m, MIB, &c), 0); /* the limit: malloc'd, still usable */
+    assert_false(c.in_file);
+    memset(c.data, 'c', MIB);
+    assert_int_equal(chunkmem_held(m), 4);
+    chunkmem_put(m, &a);
+    assert_int_equal(chunkmem_get(m, MIB, &d), 0); /* room again */
+    assert_true(d.in_file);
+    chunkmem_put(m, &s);
+    chunkmem_put(m, &b);
+    chunkmem_put(m, &c);
+    chunkmem_put(m, &d);
+    assert_int_equal(chunkmem_held(m), 0);
+    assert_int_equal(chunkmem_held_in_file(m), 0);
+    chunkmem_free(&m);
+}
+
 static void test_empty_blocks(void **state)
 {
     (void)state;
     for (int kind = 0; kind < 2; kind++) {
-        struct chunkmem *m = chunkmem_new(MIB, kind == 1);
+        struct chunkmem *m = chunkmem_new(MIB, kind == 1, 0);
         struct chunkmem_block b;
         assert_int_equal(chunkmem_get(m, 0, &b), 0);
         assert_non_null(b.data);
@@ -135,15 +174,16 @@ static void tcp_pair(int *tx, int *rx)
 static void test_bytes_queued_by_reference_survive_release_and_reuse(void **state)
 {
     (void)state;
-    struct chunkmem *m = chunkmem_new(MIB, true);
+    struct chunkmem *m = chunkmem_new(MIB, true, 0);
+    need_file(m);
     int fd = chunkmem_fd(m);
-    assert_true(fd >= 0);
     int tx, rx;
     tcp_pair(&tx, &rx);
     /* Small enough to sit whole in the two socket buffers while nobody reads. */
-    enum { LEN = 48 * 1024 };
+    enum { LEN = CHUNKMEM_REF_MIN };
     struct chunkmem_block a;
     assert_int_equal(chunkmem_get(m, LEN, &a), 0);
+    assert_true(a.in_file);
     for (size_t i = 0; i < LEN; i++)
         a.data[i] = (char)('a' + i % 23);
     off_t pos = a.off;
@@ -183,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_malloc_kind_has_no_file_and_gives_blocks),
         cmocka_unit_test(test_file_kind_slots_are_whole_pmds_and_reused),
         cmocka_unit_test(test_file_grows_past_its_first_slots),
+        cmocka_unit_test(test_short_blocks_and_blocks_past_the_mapping_limit_are_malloced),
         cmocka_unit_test(test_empty_blocks),
         cmocka_unit_test(test_bytes_queued_by_reference_survive_release_and_reuse),
     };
