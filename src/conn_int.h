@@ -45,7 +45,7 @@ struct upstream;
  * memory nobody touches soon (cold coalesced downloads, whose readers lag) and keep the bytes
  * twice. Clients that keep up get copies: on loopback, references for every send made warm hits
  * slower where the receiving side was the limit (bench/README.md, "Issue 21"). Decided once per
- * turn, before the turn's own bytes are queued. */
+ * turn, at its first memory send. */
 #define CONN_BYREF_QUEUE (512 * 1024)
 /* Lingering close (as nginx's): after a response that closes the connection, our side is shut
  * down and what the client still sends is read and dropped for at most this long / this much, so
