@@ -654,11 +654,14 @@ static bool body_step(struct conn *c)
         struct chunk_bytes b;
         cache_chunk_bytes(ck, off, &b);
         if (b.data != NULL && n > CONN_SEND_MAX)
-            n = CONN_SEND_MAX;            /* the rest follows in this turn (see CONN_SEND_MAX) */
-        if (by_ref < 0 && b.data != NULL) /* the turn's first memory send, before its bytes */
-            by_ref = b.fd >= 0 && queued_at_least(c->fd, CONN_BYREF_QUEUE);
+            n = CONN_SEND_MAX; /* the rest follows in this turn (see CONN_SEND_MAX) */
+        /* Decided at the turn's first send of memory that can go by reference; a block that
+         * cannot (malloc'd: fd -1) is copied whatever was decided. */
+        if (by_ref < 0 && b.data != NULL && b.fd >= 0)
+            by_ref = queued_at_least(c->fd, CONN_BYREF_QUEUE);
+        bool ref = b.data != NULL && b.fd >= 0 && by_ref == 1;
         do {
-            if (b.data != NULL && by_ref != 1) {
+            if (b.data != NULL && !ref) {
                 k = send(c->fd, b.data, n, MSG_NOSIGNAL);
             } else {
                 off_t fo = b.file_off;
@@ -685,7 +688,7 @@ static bool body_step(struct conn *c)
         }
         if (b.data == NULL)
             g_stats.sent_file += (uint64_t)k;
-        else if (by_ref == 1)
+        else if (ref)
             g_stats.sent_mem_ref += (uint64_t)k;
         else
             g_stats.sent_mem_copy += (uint64_t)k;

@@ -38,14 +38,14 @@ struct upstream;
  * worth per call stays under it. */
 #define CONN_SEND_MAX (15 * 64 * 1024)
 /* Chunk-memory bytes go to a client by reference (sendfile from the chunk memory file, see
- * chunkmem.h) rather than copied, in a turn whose first memory send finds the client's socket
- * still holding at least this many bytes not acknowledged yet (SIOCOUTQ: not sent, or in flight;
- * on a long fast path a client that keeps up can pass it too, at no cost). A client that far
- * behind leaves what we send waiting in the kernel: a copy would cost the proxy a copy into
- * memory nobody touches soon (cold coalesced downloads, whose readers lag) and keep the bytes
+ * chunkmem.h) rather than copied, in a turn whose first send of chunk memory in that file finds the
+ * client's socket still holding at least this many bytes not acknowledged yet (SIOCOUTQ: not sent,
+ * or in flight; on a long fast path a client that keeps up can pass it too, at no cost). A client
+ * that far behind leaves what we send waiting in the kernel: a copy would cost the proxy a copy
+ * into memory nobody touches soon (cold coalesced downloads, whose readers lag) and keep the bytes
  * twice. Clients that keep up get copies: on loopback, references for every send made warm hits
  * slower where the receiving side was the limit (bench/README.md, "Issue 21"). Decided once per
- * turn, at its first memory send. */
+ * turn; malloc'd chunk memory (chunkmem.h) is always copied. */
 #define CONN_BYREF_QUEUE (512 * 1024)
 /* Lingering close (as nginx's): after a response that closes the connection, our side is shut
  * down and what the client still sends is read and dropped for at most this long / this much, so
