@@ -42,23 +42,26 @@ struct chunkmem {
     bool told_full;    /* max_mapped was reached once (logged) */
 };
 
+/* The number at the start of kernel file <path>, or 0 when it cannot be read. */
+static unsigned long long kernel_number(const char *path)
+{
+    unsigned long long v = 0;
+    FILE *f = fopen(path, "re");
+    if (f != NULL) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
 /* The largest page a shared-memory file may be made of: the PMD size (transparent huge pages),
  * from the kernel when it says, else what a PMD maps with this page size (at least 2 MiB). */
 static size_t pmd_size(size_t page)
 {
-    size_t v = 0;
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
-    if (f != NULL) {
-        unsigned long long x = 0;
-        if (fscanf(f, "%llu", &x) == 1 && x > 0 && x <= (1ULL << 30))
-            v = (size_t)x;
-        fclose(f);
-    }
-    if (v == 0)
-        v = page * (page / sizeof(void *));
-    if (v < (size_t)2 << 20)
-        v = (size_t)2 << 20;
-    return v;
+    unsigned long long x = kernel_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+    size_t v = x > 0 && x <= (1ULL << 30) ? (size_t)x : page * (page / sizeof(void *));
+    return v < (size_t)2 << 20 ? (size_t)2 << 20 : v;
 }
 
 static size_t round_up(size_t v, size_t to)
@@ -106,14 +109,8 @@ static int open_file(size_t slot, const char **why)
 /* A quarter of what the kernel lets a process map (vm.max_map_count, 65530 by default). */
 static size_t default_max_mapped(void)
 {
-    unsigned long long v = 65530;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
-    if (f != NULL) {
-        if (fscanf(f, "%llu", &v) != 1 || v < 64)
-            v = 65530;
-        fclose(f);
-    }
-    return (size_t)(v / 4);
+    unsigned long long v = kernel_number("/proc/sys/vm/max_map_count");
+    return (size_t)((v >= 64 ? v : 65530) / 4);
 }
 
 struct chunkmem *chunkmem_new(size_t max_block, bool by_ref, size_t max_mapped)

@@ -14,6 +14,8 @@ MEM = 8 * H.MIB
 # A short last chunk (malloc'd, always copied) after chunks that go by reference: sent in a turn
 # that decided on references, it must still be copied (it is in no file).
 X_SIZE = 24 * H.MIB + 4321
+REF = 'cacheparty_sent_bytes_total{from="memory_reference"}'
+COPY = 'cacheparty_sent_bytes_total{from="memory_copy"}'
 
 
 class ByReference(H.CPTestCase):
@@ -22,11 +24,9 @@ class ByReference(H.CPTestCase):
 
     def test_bytes_sent_by_reference_survive_memory_reuse(self):
         self.need_big_send_buffers()
-        d = self.setup_proxy({"server": {"admin_listen": "auto", "send_timeout": "60s"},
+        self.setup_proxy({"server": {"admin_listen": "auto", "send_timeout": "60s"},
                               "cache": {"memory_size": "8M"},
                               "upstream": {"read_timeout": "20s"}})
-        ref = 'cacheparty_sent_bytes_total{from="memory_reference"}'
-        copy = 'cacheparty_sent_bytes_total{from="memory_copy"}'
         x = "/c15/slow/size/%d" % X_SIZE
         a = self.client(timeout=60)
         a.request(x)
@@ -37,7 +37,7 @@ class ByReference(H.CPTestCase):
         got_ref = False
         while len(r.body) < 8 * H.MIB and not r.complete:
             a.read_body_until(r, len(r.body) + 64 * H.KIB)
-            if self.metric(ref) > 0:
+            if self.metric(REF) > 0:
                 got_ref = True
                 break
             time.sleep(0.01)   # the client's own pace, not a synchronisation
@@ -51,7 +51,7 @@ class ByReference(H.CPTestCase):
             b.request(p)
             self.assertBody(b.read_response(), p)
             b.close()
-        self.assertGreater(self.metric(copy), 0, "a client that keeps up got no copies")
+        self.assertGreater(self.metric(COPY), 0, "a client that keeps up got no copies")
         self.assertGreater(self.metric("cacheparty_evictions_total{tier=\"memory\"}"), 0)
         # The slow client reads the rest: every byte as the origin sent it.
         a.finish_response(r, timeout=60)
@@ -66,7 +66,6 @@ class ByReference(H.CPTestCase):
         # (copied), not closed on.
         self.need_big_send_buffers()
         self.setup_proxy({"server": {"admin_listen": "auto", "send_timeout": "60s"}})
-        ref = 'cacheparty_sent_bytes_total{from="memory_reference"}'
         size = 2 * H.MIB + 4321
         for i in range(3):
             p = "/c15/short-last%d/size/%d" % (i, size)
@@ -81,7 +80,7 @@ class ByReference(H.CPTestCase):
                 time.sleep(0.002)   # the client's own pace, not a synchronisation
             self.assertBody(r, p)
             c.close()
-        self.assertGreater(self.metric(ref), 0)
+        self.assertGreater(self.metric(REF), 0)
 
     def need_big_send_buffers(self):
         with open("/proc/sys/net/ipv4/tcp_wmem") as f:
