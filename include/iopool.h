@@ -19,6 +19,7 @@
 #ifndef CACHEPARTY_IOPOOL_H
 #define CACHEPARTY_IOPOOL_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 struct ev_loop;
@@ -45,6 +46,9 @@ void iopool_submit(struct iopool *p, struct iojob *j);
 
 /* Jobs submitted and not yet done (their done has not run). */
 size_t iopool_pending(const struct iopool *p);
+
+/* Worker <i>'s thread (i below the count given to iopool_new): for tests that stop one. */
+pthread_t iopool_thread(const struct iopool *p, unsigned i);
 
 /* Runs the done callbacks of the finished jobs now (they also run from the loop by themselves). */
 void iopool_reap(struct iopool *p);

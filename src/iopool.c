@@ -2,16 +2,31 @@
 /*
  * iopool: worker threads for blocking disk work. See iopool.h.
  *
- * One mutex guards both queues: <todo> (FIFO of submitted jobs) and <finished> (jobs whose work
- * ran, LIFO). A worker sleeps on <cv> while <todo> is empty; after a job's work it moves the job
- * to <finished> and signals the loop's ev_async (libev coalesces the signals: one callback
- * drains every finished job). Jobs are few and large (a chunk read or write each), so one lock
- * is no contention point.
+ * The loop thread never takes a lock a worker holds. A worker that holds one can be preempted
+ * there (by a kernel thread writing back, by a mover at idle priority on the same core), and a
+ * loop that then waited for it stalled every client with it (the loop was seen blocked 1-3 ms on
+ * the pool's one mutex while lancache files were moved, bench/README "Issue 18").
+ *
+ * - Submitted jobs: the loop pushes each onto <incoming>, a lock-free stack, then posts <jobs>,
+ *   a semaphore counting jobs not yet taken (sem_post never blocks). A worker waits on <jobs>;
+ *   each count it takes stands for a job pushed before it, and under <wmu> (a mutex only
+ *   workers take) it pops the oldest: when its FIFO <todo> is empty it takes the whole of
+ *   <incoming> at once and reverses it, so jobs start in the order they were submitted.
+ * - Finished jobs: a worker pushes each onto <finished>, a lock-free stack (LIFO), and signals
+ *   the loop's ev_async (thread-safe; libev coalesces the signals). The loop takes the whole
+ *   stack with one atomic exchange and runs the done callbacks.
+ * - Stopping: the loop posts one count per worker with no job behind it; a worker that finds
+ *   no job after a count exits. Every job was pushed before those counts, so each runs first.
+ *
+ * Both stacks are pushed by compare-and-swap and emptied only by exchange (never popped one by
+ * one), so no ABA case arises.
  */
 #include "iopool.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,55 +36,74 @@
 #include "log.h"
 #include "util.h"
 
-#define IOPOOL_MAGIC 0x10900101u
+#define IOPOOL_MAGIC 0x10900102u
 
 struct iopool {
     unsigned magic;
     struct ev_loop *loop;
     ev_async async;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct iojob *todo_head, *todo_tail; /* under mu */
-    struct iojob *finished;              /* under mu */
-    bool stopping;                       /* under mu: workers exit once todo is empty */
-    size_t pending;                      /* loop thread: submitted, done not yet run */
+    sem_t jobs;                       /* jobs pushed and not yet taken, plus stop counts */
+    _Atomic(struct iojob *) incoming; /* pushed by the loop (LIFO); taken whole by a worker */
+    _Atomic(struct iojob *) finished; /* pushed by workers (LIFO); taken whole by the loop */
+    pthread_mutex_t wmu;              /* workers only: guards todo */
+    struct iojob *todo;               /* under wmu: taken from incoming, oldest first */
+    bool stopping;                    /* loop thread */
+    size_t pending;                   /* loop thread: submitted, done not yet run */
     unsigned n_threads;
     pthread_t threads[IOPOOL_MAX_THREADS];
 };
 
+static void push(_Atomic(struct iojob *) *stack, struct iojob *j)
+{
+    struct iojob *top = atomic_load_explicit(stack, memory_order_relaxed);
+    do
+        j->next = top;
+    while (!atomic_compare_exchange_weak_explicit(stack, &top, j, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* The oldest job not taken yet, or NULL (a stop count). */
+static struct iojob *take(struct iopool *p)
+{
+    pthread_mutex_lock(&p->wmu);
+    if (p->todo == NULL) {
+        struct iojob *j = atomic_exchange_explicit(&p->incoming, NULL, memory_order_acquire);
+        while (j != NULL) { /* newest first: reversed into submission order */
+            struct iojob *next = j->next;
+            j->next = p->todo;
+            p->todo = j;
+            j = next;
+        }
+    }
+    struct iojob *j = p->todo;
+    if (j != NULL)
+        p->todo = j->next;
+    pthread_mutex_unlock(&p->wmu);
+    return j;
+}
+
 static void *worker(void *arg)
 {
     struct iopool *p = arg;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->todo_head == NULL && !p->stopping)
-            pthread_cond_wait(&p->cv, &p->mu);
-        struct iojob *j = p->todo_head;
+        while (sem_wait(&p->jobs) < 0) {
+            int e = errno;
+            ASSERT(e == EINTR);
+        }
+        struct iojob *j = take(p);
         if (j == NULL)
             break; /* stopping, and nothing left to do */
-        p->todo_head = j->next;
-        if (p->todo_head == NULL)
-            p->todo_tail = NULL;
-        pthread_mutex_unlock(&p->mu);
-
         j->work(j);
-
-        pthread_mutex_lock(&p->mu);
-        j->next = p->finished;
-        p->finished = j;
+        push(&p->finished, j);
         ev_async_send(p->loop, &p->async);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
 void iopool_reap(struct iopool *p)
 {
     CHECK_OBJ(p, IOPOOL_MAGIC);
-    pthread_mutex_lock(&p->mu);
-    struct iojob *j = p->finished;
-    p->finished = NULL;
-    pthread_mutex_unlock(&p->mu);
+    struct iojob *j = atomic_exchange_explicit(&p->finished, NULL, memory_order_acquire);
     while (j != NULL) {
         struct iojob *next = j->next;
         ASSERT(p->pending > 0);
@@ -87,19 +121,33 @@ static void on_async(struct ev_loop *loop, ev_async *w, int revents)
     iopool_reap(container_of(w, struct iopool, async));
 }
 
+static void stop_workers(struct iopool *p)
+{
+    p->stopping = true;
+    for (unsigned i = 0; i < p->n_threads; i++) {
+        int rc = sem_post(&p->jobs);
+        ASSERT(rc == 0);
+    }
+    for (unsigned i = 0; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
+}
+
 struct iopool *iopool_new(struct ev_loop *loop, unsigned threads)
 {
     ASSERT(threads >= 1 && threads <= IOPOOL_MAX_THREADS);
     struct iopool *p = xcalloc(1, sizeof(*p));
     p->magic = IOPOOL_MAGIC;
     p->loop = loop;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    int rc = sem_init(&p->jobs, 0, 0);
+    ASSERT(rc == 0);
+    atomic_init(&p->incoming, NULL);
+    atomic_init(&p->finished, NULL);
+    pthread_mutex_init(&p->wmu, NULL);
     ev_async_init(&p->async, on_async);
     ev_async_start(loop, &p->async);
     ev_unref(loop); /* pending disk work alone does not keep the daemon running */
     for (unsigned i = 0; i < threads; i++) {
-        int rc = pthread_create(&p->threads[i], NULL, worker, p);
+        rc = pthread_create(&p->threads[i], NULL, worker, p);
         if (rc != 0) {
             log_err("iopool: cannot start a worker thread: %s", strerror(rc));
             iopool_free(&p);
@@ -115,17 +163,11 @@ void iopool_submit(struct iopool *p, struct iojob *j)
 {
     CHECK_OBJ(p, IOPOOL_MAGIC);
     ASSERT(j->work != NULL && j->done != NULL);
-    j->next = NULL;
-    p->pending++;
-    pthread_mutex_lock(&p->mu);
     ASSERT(!p->stopping);
-    if (p->todo_tail != NULL)
-        p->todo_tail->next = j;
-    else
-        p->todo_head = j;
-    p->todo_tail = j;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    p->pending++;
+    push(&p->incoming, j);
+    int rc = sem_post(&p->jobs);
+    ASSERT(rc == 0);
 }
 
 size_t iopool_pending(const struct iopool *p)
@@ -134,25 +176,27 @@ size_t iopool_pending(const struct iopool *p)
     return p->pending;
 }
 
+pthread_t iopool_thread(const struct iopool *p, unsigned i)
+{
+    CHECK_OBJ(p, IOPOOL_MAGIC);
+    ASSERT(i < p->n_threads);
+    return p->threads[i];
+}
+
 void iopool_free(struct iopool **pp)
 {
     struct iopool *p = *pp;
     if (p == NULL)
         return;
     CHECK_OBJ(p, IOPOOL_MAGIC);
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (unsigned i = 0; i < p->n_threads; i++)
-        pthread_join(p->threads[i], NULL);
+    stop_workers(p);
     /* Every queued job ran; their done callbacks may submit no more (asserted in submit). */
     iopool_reap(p);
     ASSERT(p->pending == 0);
     ev_ref(p->loop);
     ev_async_stop(p->loop, &p->async);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->wmu);
+    sem_destroy(&p->jobs);
     p->magic = 0;
     free(p);
     *pp = NULL;

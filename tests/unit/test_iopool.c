@@ -8,10 +8,16 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ev.h>
 
@@ -56,7 +62,7 @@ static void done(struct iojob *j)
         next->j.done = done;
         iopool_submit(pool, &next->j);
     }
-    if (done_total == want_total)
+    if (done_total >= want_total)
         ev_break(loop, EVBREAK_ALL);
 }
 
@@ -150,6 +156,152 @@ static void test_free_finishes_queued_jobs(void **state)
     }
 }
 
+/* A pool of one worker starts its jobs in the order they were submitted, also when they come
+ * in bursts between loop turns. */
+static atomic_int started;
+static int start_seq[256];
+
+static void work_ordered(struct iojob *j)
+{
+    struct tjob *t = container_of(j, struct tjob, j);
+    start_seq[t->id] = atomic_fetch_add(&started, 1);
+    t->worked = true;
+}
+
+static void test_one_worker_starts_jobs_in_submission_order(void **state)
+{
+    (void)state;
+    iopool_free(&pool);
+    pool = iopool_new(loop, 1);
+    atomic_store(&started, 0);
+    int n = 0;
+    for (int burst = 0; burst < 8; burst++) {
+        for (int k = 0; k < 1 + burst * 3 && n < 100; k++, n++) {
+            jobs[n].id = n;
+            jobs[n].j.work = work_ordered;
+            jobs[n].j.done = done;
+            iopool_submit(pool, &jobs[n].j);
+        }
+        ev_run(loop, EVRUN_NOWAIT);
+    }
+    run_until_done(n);
+    assert_int_equal(done_total, n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(start_seq[i], i);
+}
+
+/*
+ * The loop never waits for a worker: with every worker stopped wherever a signal finds it
+ * (inside the pool's own bookkeeping too), the loop still submits and reaps. Workers run empty
+ * jobs as fast as they can, so they are often inside the pool when stopped; a pool whose loop
+ * side took a lock a worker holds hangs here (the watchdog then fails the test).
+ */
+static int freeze_pipe[2], frozen_pipe[2], thawed_pipe[2];
+static atomic_int freezes_left;
+
+static void on_freeze(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    char c = 'f';
+    ssize_t w = write(frozen_pipe[1], &c, 1);
+    (void)w;
+    while (read(freeze_pipe[0], &c, 1) < 0 && errno == EINTR)
+        ;
+    w = write(thawed_pipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
+
+static void work_nothing(struct iojob *j)
+{
+    container_of(j, struct tjob, j)->worked = true;
+}
+
+static void done_again(struct iojob *j)
+{
+    struct tjob *t = container_of(j, struct tjob, j);
+    t->done_calls++;
+    done_total++;
+    if (atomic_load(&freezes_left) > 0)
+        iopool_submit(pool, j); /* keeps the workers busy */
+}
+
+static bool extra_done;
+
+static void done_extra(struct iojob *j)
+{
+    container_of(j, struct tjob, j)->done_calls++;
+    extra_done = true;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    sleep(20);
+    fprintf(stderr, "test_iopool: the loop waited for a stopped worker (hung 20 s)\n");
+    _exit(1);
+}
+
+static void test_loop_never_waits_for_a_stopped_worker(void **state)
+{
+    (void)state;
+    enum { THREADS = 4, ROUNDS = 300 };
+    iopool_free(&pool);
+    pool = iopool_new(loop, THREADS);
+    assert_int_equal(pipe(freeze_pipe), 0);
+    assert_int_equal(pipe(frozen_pipe), 0);
+    assert_int_equal(pipe(thawed_pipe), 0);
+    struct sigaction sa = {.sa_handler = on_freeze};
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
+    pthread_t dog;
+    assert_int_equal(pthread_create(&dog, NULL, watchdog, NULL), 0);
+    atomic_store(&freezes_left, ROUNDS);
+    for (int i = 0; i < 16; i++) {
+        jobs[i].j.work = work_nothing;
+        jobs[i].j.done = done_again;
+        iopool_submit(pool, &jobs[i].j);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int k = 0; k < 20; k++)
+            ev_run(loop, EVRUN_NOWAIT); /* the workers take and finish jobs meanwhile */
+        for (unsigned t = 0; t < THREADS; t++)
+            assert_int_equal(pthread_kill(iopool_thread(pool, t), SIGUSR1), 0);
+        char c;
+        for (unsigned t = 0; t < THREADS; t++)
+            assert_int_equal(read(frozen_pipe[0], &c, 1), 1);
+        /* Every worker is stopped: the loop's side must not wait for any of them. */
+        int extra = 16 + r % 16;
+        jobs[extra].j.work = work_nothing;
+        jobs[extra].j.done = done_extra;
+        extra_done = false;
+        iopool_submit(pool, &jobs[extra].j);
+        iopool_reap(pool);
+        ev_run(loop, EVRUN_NOWAIT);
+        char go[THREADS];
+        memset(go, 'g', sizeof(go));
+        assert_int_equal(write(freeze_pipe[1], go, THREADS), THREADS);
+        for (unsigned t = 0; t < THREADS; t++) /* each handler took its own byte and left */
+            assert_int_equal(read(thawed_pipe[0], &c, 1), 1);
+        atomic_fetch_sub(&freezes_left, 1);
+        run_until_done(INT32_MAX); /* until the extra job's done breaks it, or the deadline */
+        assert_true(extra_done);
+    }
+    iopool_free(&pool); /* every resubmitted job finishes */
+    pthread_cancel(dog);
+    pthread_join(dog, NULL);
+    signal(SIGUSR1, SIG_DFL);
+    for (int i = 0; i < 2; i++) {
+        close(freeze_pipe[i]);
+        close(frozen_pipe[i]);
+        close(thawed_pipe[i]);
+    }
+    for (int i = 0; i < 32; i++)
+        assert_true(jobs[i].worked);
+}
+
 static void test_idle_pool_does_not_keep_the_loop_alive(void **state)
 {
     (void)state;
@@ -164,6 +316,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_every_job_done_once_on_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_done_may_submit_more, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_finishes_queued_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_worker_starts_jobs_in_submission_order, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_loop_never_waits_for_a_stopped_worker, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_idle_pool_does_not_keep_the_loop_alive, setup,
                                         teardown),
     };
