@@ -15,14 +15,18 @@ agent) and NB multi-slice objects of 64 MiB. nginx is stopped, then:
      `sync` included in each: cp -r, `cacheparty import --copy` and `cacheparty import` (move:
      the chunk files made durable by one syncfs per batch before their nginx files go).
   C. the loop's responsiveness while moves run: /lancache-heartbeat every 2 ms on its own
-     keep-alive connection, from a process of its own on core 1 (as bench/disk_stall.sh's probe),
-     until the moves are done, while one client downloads the whole tree through cacheparty, with
-     lancache_migrate = move against off (no writes), the page cache dropped before each run (as
-     bench/disk_stall.sh measures a cold disk read).
+     keep-alive connection, from a process of its own on core 1 at real-time priority (so that
+     its samples are the loop's delays, not its own wait for the core it shares with the client
+     and the origin), until the moves are done, while one client downloads the whole tree through
+     cacheparty, with lancache_migrate = move against off (no writes), each run on a fresh copy
+     of the tree, the modes alternated in each round, the page cache dropped before each run (as
+     bench/disk_stall.sh measures a cold disk read). With perf installed, the loop thread's own
+     scheduling delays (perf sched) are shown beside.
 
 The proxy runs on core 0, the origin, the clients and the probe on core 1. Loopback only;
 bounded in size and time. Needs root (drop_caches) and nginx (`make deps`).
-Usage: bench/lancache.py [--small N1] [--big NB] [--parts ABC] [--dir DIR]   (defaults 400, 4)
+Usage: bench/lancache.py [--small N1] [--big NB] [--parts ABC] [--dir DIR] [--rounds N]
+                         [--also OTHER_BINARY]   (defaults 400, 4, 3 rounds)
 """
 
 import argparse
@@ -30,6 +34,7 @@ import http.client
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -152,6 +157,10 @@ def probe(port, stop, out):
     """In a process of its own (run_probe): the downloading client's thread must not share an
     interpreter lock with it, or its delays would be the client's, not the loop's."""
     os.sched_setaffinity(0, {1})
+    # Real-time priority: the probe is the instrument, so the origin and the downloading client
+    # that share its core must not delay it. Without it, its worst samples were its own wait for
+    # core 1 (perf sched: the client ran 16 ms while the probe waited), not the loop's.
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
     s = socket.create_connection(("127.0.0.1", port))
     req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: probe.example\r\n\r\n"
     lat = []
@@ -276,32 +285,76 @@ def part_b(tmp, tree, nfiles, nbytes, also=None, rounds=3):
 
 
 
-def part_c(tmp, oport, copies, modes, small, big, proxies):
-    # C. heartbeat while moves run, against no moves
-    print("\nC. /lancache-heartbeat every 2 ms while one client downloads the tree through "
-          "cacheparty (page cache dropped)")
-    print("%-26s %9s %8s %9s %9s %9s" % ("lancache_migrate", "MB/s", "probes", "p50 ms",
-                                         "p99 ms", "max ms"))
-    for mode in modes:
-        p = Proxy(tmp, "c_" + mode, oport, {"dir": os.path.join(tmp, "cache_c_" + mode),
-                                           "lancache_dir": copies["c_" + mode],
-                                           "lancache_settle": "0",
-                                           "lancache_migrate": mode})
-        proxies.append(p)
-        drop_caches()
-        collect = run_probe(p.port)
-        time.sleep(0.2)
-        t0 = time.monotonic()
-        f, t = ttfb_pass(p.port, small + big)
-        dt = time.monotonic() - t0
-        p.settle()
-        lat = collect()
-        m = p.metrics()
-        p.stop()
-        mb = sum(o[3] for o in small + big) / dt / 1e6
-        print("%-26s %9.0f %8d %9.2f %9.2f %9.2f   (moved %d)" % (
-            mode, mb, len(lat), q(lat, 0.5), q(lat, 0.99), max(lat),
-            m.get('cacheparty_lancache_slices_total{result="migrated"}', 0)))
+def loop_sched_delays(data, pid):
+    """The loop thread's scheduling delays (ms) from a `perf sched record` file: how long it
+    waited for core 0 each time it was woken (the loop's own view, apart from the probe's)."""
+    out = subprocess.run(["perf", "sched", "timehist", "-i", data], capture_output=True,
+                         text=True).stdout
+    tag = "[%d]" % pid
+    return [float(x.split()[4]) for x in out.splitlines()
+            if len(x.split()) >= 6 and x.split()[2].endswith(tag)]
+
+
+def part_c(tmp, oport, tree, modes, small, big, proxies, rounds, also):
+    # C. heartbeat while moves run, against no moves: each run on a fresh copy of the tree, the
+    # modes (and binaries) alternated in every round.
+    global CP
+    perf = shutil.which("perf") is not None
+    print("\nC. /lancache-heartbeat every 2 ms (probe at SCHED_FIFO) while one client downloads "
+          "the tree through cacheparty (page cache dropped); %d rounds%s" %
+          (rounds, "; loop = the loop thread's scheduling delay (perf sched)" if perf else ""))
+    print("%-5s %-22s %7s %7s %7s %7s %7s %9s %9s" % (
+        "round", "lancache_migrate", "MB/s", "probes", "p50 ms", "p99 ms", "max ms",
+        "loop p99", "loop max"))
+    runs = [(m, CP) for m in modes] + ([(m + " [also]", also) for m in modes] if also else [])
+    res = {name: [] for name, _ in runs}
+    for r in range(rounds):
+        for name, binary in runs:
+            mode = name.split()[0]
+            CP = binary
+            tree_c, cache_c = os.path.join(tmp, "tree_c"), os.path.join(tmp, "cache_c")
+            shutil.rmtree(tree_c, ignore_errors=True)
+            shutil.rmtree(cache_c, ignore_errors=True)
+            shutil.copytree(tree, tree_c)
+            p = Proxy(tmp, "c_%s_%d" % (mode, r), oport, {
+                "dir": cache_c, "lancache_dir": tree_c, "lancache_settle": "0",
+                "lancache_migrate": mode})
+            proxies.append(p)
+            drop_caches()
+            rec, data = None, os.path.join(tmp, "sched.data")
+            if perf:
+                rec = subprocess.Popen(["perf", "sched", "record", "-a", "-o", data],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(1.0)
+            collect = run_probe(p.port)
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            ttfb_pass(p.port, small + big)
+            dt = time.monotonic() - t0
+            p.settle()
+            lat = collect()
+            loop = []
+            if rec is not None:
+                rec.send_signal(signal.SIGINT)
+                rec.wait(60)
+                loop = loop_sched_delays(data, p.proc.pid)
+            m = p.metrics()
+            p.stop()
+            CP = os.path.join(ROOT, BUILD, "cacheparty")
+            mb = sum(o[3] for o in small + big) / dt / 1e6
+            row = (mb, len(lat), q(lat, 0.5), q(lat, 0.99), max(lat),
+                   q(loop, 0.99) if loop else float("nan"), max(loop) if loop else float("nan"))
+            res[name].append(row)
+            print("%-5d %-22s %7.0f %7d %7.2f %7.2f %7.2f %9.2f %9.2f   (moved %d)" % (
+                (r, name) + row +
+                (m.get('cacheparty_lancache_slices_total{result="migrated"}', 0),)), flush=True)
+    for name, _ in runs:
+        rows = res[name]
+        med = [statistics.median(x[k] for x in rows) for k in range(7)]
+        print("%-5s %-22s %7.0f %7d %7.2f %7.2f %7.2f %9.2f %9.2f" % (("median", name) +
+                                                                      tuple(med)))
+    if also:
+        print("   [also]: %s" % also)
 
 
 def main():
@@ -313,8 +366,10 @@ def main():
     ap.add_argument("--dir", default=None,
                     help="where the trees and caches are made (default: $TMPDIR or /tmp)")
     ap.add_argument("--also", default=None,
-                    help="B: a second cacheparty binary whose move is timed beside (before/after)")
-    ap.add_argument("--rounds", type=int, default=3, help="B: rounds of each method (default 3)")
+                    help="B, C: a second cacheparty binary timed beside, in the same rounds "
+                         "(before/after)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="B, C: rounds of each method, alternated (default 3)")
     a = ap.parse_args()
     if os.geteuid() != 0 or not os.path.exists(B.NGINX):
         sys.exit("bench/lancache.py needs root (drop_caches) and nginx (make deps)")
@@ -343,18 +398,14 @@ def main():
         nfiles, nbytes = tree_bytes(tree)
         print("tree: %d nginx files, %.1f MiB (filled through nginx in %.1f s)" %
               (nfiles, nbytes / 2**20, fill_s))
-        copies = {}
         modes = a.modes.split(",")
-        for name in ["c_" + m for m in modes]:
-            copies[name] = os.path.join(tmp, "tree_" + name)
-            shutil.copytree(tree, copies[name])
 
         if "A" in a.parts:
             part_a(tmp, oport, tree, small, proxies)
         if "B" in a.parts:
             part_b(tmp, tree, nfiles, nbytes, a.also, a.rounds)
         if "C" in a.parts:
-            part_c(tmp, oport, copies, modes, small, big, proxies)
+            part_c(tmp, oport, tree, modes, small, big, proxies, a.rounds, a.also)
     finally:
         for p in proxies:
             if p.proc.poll() is None:
