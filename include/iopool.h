@@ -41,7 +41,8 @@ struct iojob {
  * NULL with errno set when a thread cannot be started. */
 struct iopool *iopool_new(struct ev_loop *loop, unsigned threads);
 
-/* Queues <j> (work and done set). Never blocks on I/O; never fails. */
+/* Queues <j> (work and done set). Never blocks on I/O or on a lock a worker holds; never
+ * fails. Jobs start in the order they were submitted (they may finish in any order). */
 void iopool_submit(struct iopool *p, struct iojob *j);
 
 /* Jobs submitted and not yet done (their done has not run). */

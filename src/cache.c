@@ -567,7 +567,8 @@ struct store_job {
     struct cache *c;
     struct chunk *ck; /* a ref: its bytes, key and meta are immutable while it is sealed */
     unsigned shard;
-    bool cancelled; /* under c->disk_mu: a PURGE came first, do not put the file in place */
+    bool cancelled; /* written by the loop under c->disk_mu (a PURGE came first: do not put the
+                     * file in place); the worker reads it under the lock, the loop without */
     struct store_job *next, **pprev; /* c->stores: every pending store (loop side) */
     int rc;
     bool have_sb;
@@ -1018,9 +1019,9 @@ static void on_store_done(struct iojob *j)
     *sj->pprev = sj->next;
     if (sj->next != NULL)
         sj->next->pprev = sj->pprev;
-    pthread_mutex_lock(&c->disk_mu);
-    bool cancelled = sj->cancelled; /* set after the rename: PURGE deleted the file again */
-    pthread_mutex_unlock(&c->disk_mu);
+    /* Set after the rename: PURGE deleted the file again. Only the loop writes it, so the loop
+     * reads it without <disk_mu>, which a worker may hold across a slow rename. */
+    bool cancelled = sj->cancelled;
     if (sj->rc == 0 && !cancelled) {
         g_stats.cache_disk_writes++;
         /* What we just wrote needs no verification on its first read. */

@@ -97,6 +97,8 @@ static int teardown(void **state)
 static void run_until_done(int want)
 {
     want_total = want;
+    if (done_total >= want)
+        return; /* (reaped already, by an earlier turn) */
     ev_timer deadline;
     ev_timer_init(&deadline, on_deadline, 30., 0.);
     ev_timer_start(loop, &deadline);
@@ -236,41 +238,79 @@ static void done_extra(struct iojob *j)
     ev_break(loop, EVBREAK_ALL);
 }
 
+enum { FREEZE_THREADS = 4, FREEZE_ROUNDS = 300 };
+static pthread_t dog;
+static bool dog_running;
+
 static void *watchdog(void *arg)
 {
     (void)arg;
-    sleep(20);
-    fprintf(stderr, "test_iopool: the loop waited for a stopped worker (hung 20 s)\n");
+    sleep(60); /* longer than a round's 30 s deadline, which fails the test on its own */
+    fprintf(stderr, "test_iopool: hung 60 s (the loop waited for a stopped worker)\n");
     _exit(1);
+}
+
+static int setup_freeze(void **state)
+{
+    if (setup(state) != 0)
+        return 1;
+    iopool_free(&pool);
+    pool = iopool_new(loop, FREEZE_THREADS);
+    freeze_pipe[0] = freeze_pipe[1] = frozen_pipe[0] = frozen_pipe[1] = -1;
+    thawed_pipe[0] = thawed_pipe[1] = -1;
+    if (pool == NULL || pipe(freeze_pipe) != 0 || pipe(frozen_pipe) != 0 || pipe(thawed_pipe) != 0)
+        return 1;
+    struct sigaction sa = {.sa_handler = on_freeze};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0)
+        return 1;
+    dog_running = pthread_create(&dog, NULL, watchdog, NULL) == 0;
+    return !dog_running;
+}
+
+/* Also after a failed assertion: no job is resubmitted any more, every worker stopped in the
+ * handler is let go, the pool is freed (its workers joined) before the handler is reset. */
+static int teardown_freeze(void **state)
+{
+    atomic_store(&freezes_left, 0);
+    char go[FREEZE_THREADS];
+    memset(go, 'g', sizeof(go));
+    if (freeze_pipe[1] >= 0 && write(freeze_pipe[1], go, sizeof(go)) != (ssize_t)sizeof(go))
+        return 1;
+    iopool_free(&pool);
+    if (dog_running) {
+        pthread_cancel(dog);
+        pthread_join(dog, NULL);
+        dog_running = false;
+    }
+    signal(SIGUSR1, SIG_DFL);
+    for (int i = 0; i < 2; i++) {
+        if (freeze_pipe[i] >= 0)
+            close(freeze_pipe[i]);
+        if (frozen_pipe[i] >= 0)
+            close(frozen_pipe[i]);
+        if (thawed_pipe[i] >= 0)
+            close(thawed_pipe[i]);
+    }
+    return teardown(state);
 }
 
 static void test_loop_never_waits_for_a_stopped_worker(void **state)
 {
     (void)state;
-    enum { THREADS = 4, ROUNDS = 300 };
-    iopool_free(&pool);
-    pool = iopool_new(loop, THREADS);
-    assert_int_equal(pipe(freeze_pipe), 0);
-    assert_int_equal(pipe(frozen_pipe), 0);
-    assert_int_equal(pipe(thawed_pipe), 0);
-    struct sigaction sa = {.sa_handler = on_freeze};
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
-    pthread_t dog;
-    assert_int_equal(pthread_create(&dog, NULL, watchdog, NULL), 0);
-    atomic_store(&freezes_left, ROUNDS);
+    atomic_store(&freezes_left, FREEZE_ROUNDS);
     for (int i = 0; i < 16; i++) {
         jobs[i].j.work = work_nothing;
         jobs[i].j.done = done_again;
         iopool_submit(pool, &jobs[i].j);
     }
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; r < FREEZE_ROUNDS; r++) {
         for (int k = 0; k < 20; k++)
             ev_run(loop, EVRUN_NOWAIT); /* the workers take and finish jobs meanwhile */
-        for (unsigned t = 0; t < THREADS; t++)
+        for (unsigned t = 0; t < FREEZE_THREADS; t++)
             assert_int_equal(pthread_kill(iopool_thread(pool, t), SIGUSR1), 0);
         char c;
-        for (unsigned t = 0; t < THREADS; t++)
+        for (unsigned t = 0; t < FREEZE_THREADS; t++)
             assert_int_equal(read(frozen_pipe[0], &c, 1), 1);
         /* Every worker is stopped: the loop's side must not wait for any of them. */
         int extra = 16 + r % 16;
@@ -280,24 +320,17 @@ static void test_loop_never_waits_for_a_stopped_worker(void **state)
         iopool_submit(pool, &jobs[extra].j);
         iopool_reap(pool);
         ev_run(loop, EVRUN_NOWAIT);
-        char go[THREADS];
+        char go[FREEZE_THREADS];
         memset(go, 'g', sizeof(go));
-        assert_int_equal(write(freeze_pipe[1], go, THREADS), THREADS);
-        for (unsigned t = 0; t < THREADS; t++) /* each handler took its own byte and left */
+        assert_int_equal(write(freeze_pipe[1], go, FREEZE_THREADS), FREEZE_THREADS);
+        for (unsigned t = 0; t < FREEZE_THREADS; t++) /* each handler took its own byte, left */
             assert_int_equal(read(thawed_pipe[0], &c, 1), 1);
         atomic_fetch_sub(&freezes_left, 1);
-        run_until_done(INT32_MAX); /* until the extra job's done breaks it, or the deadline */
+        if (!extra_done)
+            run_until_done(INT32_MAX); /* until the extra job's done breaks it, or the deadline */
         assert_true(extra_done);
     }
     iopool_free(&pool); /* every resubmitted job finishes */
-    pthread_cancel(dog);
-    pthread_join(dog, NULL);
-    signal(SIGUSR1, SIG_DFL);
-    for (int i = 0; i < 2; i++) {
-        close(freeze_pipe[i]);
-        close(frozen_pipe[i]);
-        close(thawed_pipe[i]);
-    }
     for (int i = 0; i < 32; i++)
         assert_true(jobs[i].worked);
 }
@@ -318,8 +351,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_free_finishes_queued_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_worker_starts_jobs_in_submission_order, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_loop_never_waits_for_a_stopped_worker, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_loop_never_waits_for_a_stopped_worker, setup_freeze,
+                                        teardown_freeze),
         cmocka_unit_test_setup_teardown(test_idle_pool_does_not_keep_the_loop_alive, setup,
                                         teardown),
     };
