@@ -63,6 +63,10 @@ size_t chunkmem_slot_size(const struct chunkmem *m);
  * memory, no mapping, or the file cannot grow) with <b> cleared. */
 int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     __attribute__((warn_unused_result));
+/* Makes the pages of bytes [off, off + len) of <b> ready to be written in one system call
+ * (MADV_POPULATE_WRITE), where a write would otherwise fault once per page: a fresh mapping of
+ * the file has none. Nothing for a malloc'd block, or where the kernel cannot (before 5.14). */
+void chunkmem_prepare(struct chunkmem *m, const struct chunkmem_block *b, size_t off, size_t len);
 /* Releases <b> (a block of <m>, or a cleared one: nothing to do) and clears it. */
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b);
 /* Blocks held now, and of them those in the file (for tests). */

@@ -1353,6 +1353,7 @@ void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ASSERT(cache_chunk_fits(ck, off, len) && ck->mem_block.data != NULL);
+    chunkmem_prepare(ck->cache->mem, &ck->mem_block, off, len);
     memcpy(ck->mem_block.data + off, data, len);
     if (off == ck->len)
         ck->len += len;

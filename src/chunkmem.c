@@ -26,6 +26,10 @@
 #include "stats.h"
 #include "util.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
 struct chunkmem {
     size_t max_block;
     int fd;       /* owns: the memory file, -1 for the malloc kind */
@@ -40,6 +44,7 @@ struct chunkmem {
     size_t max_mapped; /* blocks in the file at once, at most */
     bool broken;       /* a punch failed: no block goes in the file any more */
     bool told_full;    /* max_mapped was reached once (logged) */
+    bool no_populate;  /* the kernel has no MADV_POPULATE_WRITE: chunkmem_prepare does nothing */
 };
 
 /* The number at the start of kernel file <path>, or 0 when it cannot be read. */
@@ -240,6 +245,16 @@ int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     b->len = len;
     m->held++;
     return 0;
+}
+
+void chunkmem_prepare(struct chunkmem *m, const struct chunkmem_block *b, size_t off, size_t len)
+{
+    if (!b->in_file || len == 0 || m->no_populate)
+        return;
+    ASSERT(off <= b->len && len <= b->len - off);
+    size_t start = off / m->page * m->page, end = round_up(off + len, m->page);
+    if (madvise(b->data + start, end - start, MADV_POPULATE_WRITE) < 0 && errno == EINVAL)
+        m->no_populate = true; /* (other errors: the write faults its pages in, as without) */
 }
 
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)
