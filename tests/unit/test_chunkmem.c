@@ -115,10 +115,13 @@ static void test_prepare_makes_exactly_the_pages_written_ready(void **state)
     assert_true(b.in_file);
     assert_int_equal(resident(&b, 0, 8), 0); /* a fresh slot: a hole, no page */
     /* Bytes [page + 10, 3 * page + 1): pages 1, 2 and 3, and no other. */
-    /* A kernel before 5.14 has no MADV_POPULATE_WRITE: nothing to check there. */
-    void *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* A kernel before 5.14 has no MADV_POPULATE_WRITE, and qemu-user takes it and does nothing:
+     * nothing to check there (seen on a page of its own, apart from chunkmem). */
+    char *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(probe != MAP_FAILED);
-    bool can = madvise(probe, page, 23 /* MADV_POPULATE_WRITE */) == 0 || errno != EINVAL;
+    unsigned char in = 0;
+    bool can = madvise(probe, page, 23 /* MADV_POPULATE_WRITE */) == 0 &&
+               mincore(probe, page, &in) == 0 && (in & 1) != 0;
     munmap(probe, page);
     if (!can) {
         chunkmem_put(m, &b);
