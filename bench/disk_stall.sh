@@ -6,6 +6,8 @@
 # read from disk and verified on its first read) while a second keep-alive client asks for
 # /lancache-heartbeat (answered by the loop itself) every 2 ms. The heartbeat's latency is the
 # loop's responsiveness: a chunk read done on the loop shows up as a heartbeat as slow as the read.
+# The probe runs on core 1 at SCHED_FIFO (since 2026-12-07), so that its own wait for the core it
+# shares with the client and the origin is not counted as the loop's.
 # Loopback only; bounded in size and time. Needs root (drop_caches).
 #   bench/disk_stall.sh [SIZE_MIB] BINARY...     (default 512 MiB, binary build/cacheparty)
 set -euo pipefail
@@ -31,9 +33,12 @@ origin_pid=$!
 size=$((SIZE_MIB * 1048576))
 
 probe() { # $1 port, $2 seconds max, $3 stop file: prints "n p50 p99 max" in ms
-    python3 - "$@" <<'PY'
+    taskset -c 1 python3 - "$@" <<'PY'
 import os, socket, sys, time
 port, limit, stop = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+# The probe is the instrument: at real-time priority its samples are the loop's delays, not its
+# own wait for the core it shares with the downloading client and the origin.
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 s = socket.create_connection(("127.0.0.1", port))
 req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: stall.example\r\n\r\n"
 lat = []

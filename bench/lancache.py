@@ -83,7 +83,7 @@ def tree_bytes(d):
 
 
 class Proxy:
-    def __init__(self, tmp, name, origin_port, extra):
+    def __init__(self, tmp, name, origin_port, extra, binary=None):
         self.port, self.admin = H.free_port(), H.free_port()
         self.ini = os.path.join(tmp, name + ".ini")
         cache = extra.pop("dir")
@@ -97,7 +97,7 @@ class Proxy:
                 f.write("%s = %s\n" % (k, v))
             f.write("[domains]\nallow_unlisted = yes\n[log]\naccess =\nlevel = warn\n")
         self.log = open(os.path.join(tmp, name + ".log"), "a")
-        self.proc = subprocess.Popen(["taskset", "-c", "0", CP, "-c", self.ini],
+        self.proc = subprocess.Popen(["taskset", "-c", "0", binary or CP, "-c", self.ini],
                                      stdout=self.log, stderr=self.log)
         H.wait_until(self.up, 10, what="cacheparty up")
 
@@ -155,12 +155,17 @@ def q(xs, p):
 
 def probe(port, stop, out):
     """In a process of its own (run_probe): the downloading client's thread must not share an
-    interpreter lock with it, or its delays would be the client's, not the loop's."""
+    interpreter lock with it, or its delays would be the client's, not the loop's. Puts
+    (real-time priority, [(start, ms), ...]) on <out>, start in time.monotonic()."""
     os.sched_setaffinity(0, {1})
     # Real-time priority: the probe is the instrument, so the origin and the downloading client
     # that share its core must not delay it. Without it, its worst samples were its own wait for
     # core 1 (perf sched: the client ran 16 ms while the probe waited), not the loop's.
-    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        rt = True
+    except OSError:
+        rt = False  # (no CAP_SYS_NICE: said in the output)
     s = socket.create_connection(("127.0.0.1", port))
     req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: probe.example\r\n\r\n"
     lat = []
@@ -173,9 +178,9 @@ def probe(port, stop, out):
             if not d:
                 raise SystemExit("heartbeat connection closed")
             buf += d
-        lat.append((time.monotonic() - t0) * 1000)
+        lat.append((t0, (time.monotonic() - t0) * 1000))
         time.sleep(0.002)
-    out.put(lat)
+    out.put((rt, lat))
 
 
 def run_probe(port):
@@ -187,9 +192,9 @@ def run_probe(port):
 
     def collect():
         stop.set()
-        lat = q.get(timeout=60)
+        got = q.get(timeout=60)
         pr.join(10)
-        return lat
+        return got
     return collect
 
 
@@ -297,62 +302,76 @@ def loop_sched_delays(data, pid):
 
 def part_c(tmp, oport, tree, modes, small, big, proxies, rounds, also):
     # C. heartbeat while moves run, against no moves: each run on a fresh copy of the tree, the
-    # modes (and binaries) alternated in every round.
-    global CP
+    # modes (and binaries) alternated in every round. The probe runs until the moves are done;
+    # its samples are shown for the download (the same span in both modes) and for the whole run.
     perf = shutil.which("perf") is not None
-    print("\nC. /lancache-heartbeat every 2 ms (probe at SCHED_FIFO) while one client downloads "
-          "the tree through cacheparty (page cache dropped); %d rounds%s" %
+    print("\nC. /lancache-heartbeat every 2 ms while one client downloads the tree through "
+          "cacheparty (page cache dropped); %d rounds%s" %
           (rounds, "; loop = the loop thread's scheduling delay (perf sched)" if perf else ""))
-    print("%-5s %-22s %7s %7s %7s %7s %7s %9s %9s" % (
-        "round", "lancache_migrate", "MB/s", "probes", "p50 ms", "p99 ms", "max ms",
-        "loop p99", "loop max"))
+    cols = ("round", "lancache_migrate", "MB/s", "n dl", "p99 dl", "max dl", "n all", "p99 all",
+            "max all", "loop p99", "loop max")
+    fmt = "%-6s %-18s %6s %6s %7s %7s %6s %7s %7s %8s %8s"
+    rowfmt = "%-6s %-18s %6.0f %6d %7.2f %7.2f %6d %7.2f %7.2f %8.2f %8.2f"
+    print(fmt % cols)
     runs = [(m, CP) for m in modes] + ([(m + " [also]", also) for m in modes] if also else [])
     res = {name: [] for name, _ in runs}
+    rt_all = True
     for r in range(rounds):
         for name, binary in runs:
             mode = name.split()[0]
-            CP = binary
+            tag = "%s%s_%d" % (mode, "_also" if "[also]" in name else "", r)
             tree_c, cache_c = os.path.join(tmp, "tree_c"), os.path.join(tmp, "cache_c")
             shutil.rmtree(tree_c, ignore_errors=True)
             shutil.rmtree(cache_c, ignore_errors=True)
             shutil.copytree(tree, tree_c)
-            p = Proxy(tmp, "c_%s_%d" % (mode, r), oport, {
-                "dir": cache_c, "lancache_dir": tree_c, "lancache_settle": "0",
-                "lancache_migrate": mode})
+            p = Proxy(tmp, "c_" + tag, oport, {"dir": cache_c, "lancache_dir": tree_c,
+                                               "lancache_settle": "0", "lancache_migrate": mode},
+                      binary=binary)
             proxies.append(p)
             drop_caches()
-            rec, data = None, os.path.join(tmp, "sched.data")
-            if perf:
-                rec = subprocess.Popen(["perf", "sched", "record", "-a", "-o", data],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(1.0)
-            collect = run_probe(p.port)
-            time.sleep(0.2)
-            t0 = time.monotonic()
-            ttfb_pass(p.port, small + big)
-            dt = time.monotonic() - t0
-            p.settle()
-            lat = collect()
+            rec, data = None, "/dev/shm/cp-lcbench-sched-%d.data" % os.getpid()
             loop = []
-            if rec is not None:
-                rec.send_signal(signal.SIGINT)
-                rec.wait(60)
-                loop = loop_sched_delays(data, p.proc.pid)
+            try:
+                if perf:  # (its file in memory: not on the disk under test)
+                    rec = subprocess.Popen(["perf", "sched", "record", "-a", "-o", data],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.0)
+                collect = run_probe(p.port)
+                time.sleep(0.2)
+                t0 = time.monotonic()
+                ttfb_pass(p.port, small + big)
+                t1 = time.monotonic()
+                p.settle()
+                rt, samples = collect()
+                rt_all = rt_all and rt
+                if rec is not None:
+                    rec.send_signal(signal.SIGINT)
+                    rec.wait(120)
+                    loop = loop_sched_delays(data, p.proc.pid)
+            finally:
+                if rec is not None and rec.poll() is None:
+                    rec.kill()
+                    rec.wait()
+                if os.path.exists(data):
+                    os.unlink(data)
             m = p.metrics()
             p.stop()
-            CP = os.path.join(ROOT, BUILD, "cacheparty")
-            mb = sum(o[3] for o in small + big) / dt / 1e6
-            row = (mb, len(lat), q(lat, 0.5), q(lat, 0.99), max(lat),
-                   q(loop, 0.99) if loop else float("nan"), max(loop) if loop else float("nan"))
+            dl = [ms for st, ms in samples if t0 <= st <= t1]
+            al = [ms for st, ms in samples]
+            mb = sum(o[3] for o in small + big) / (t1 - t0) / 1e6
+            nan = float("nan")
+            row = (mb, len(dl), q(dl, 0.99) if dl else nan, max(dl) if dl else nan, len(al),
+                   q(al, 0.99), max(al), q(loop, 0.99) if loop else nan,
+                   max(loop) if loop else nan)
             res[name].append(row)
-            print("%-5d %-22s %7.0f %7d %7.2f %7.2f %7.2f %9.2f %9.2f   (moved %d)" % (
-                (r, name) + row +
-                (m.get('cacheparty_lancache_slices_total{result="migrated"}', 0),)), flush=True)
+            print(rowfmt % ((r, name) + row) + "   (moved %d)" %
+                  m.get('cacheparty_lancache_slices_total{result="migrated"}', 0), flush=True)
     for name, _ in runs:
         rows = res[name]
-        med = [statistics.median(x[k] for x in rows) for k in range(7)]
-        print("%-5s %-22s %7.0f %7d %7.2f %7.2f %7.2f %9.2f %9.2f" % (("median", name) +
-                                                                      tuple(med)))
+        med = [statistics.median(x[k] for x in rows) for k in range(len(rows[0]))]
+        print(rowfmt % (("median", name) + tuple(med)))
+    print("   dl: samples while the download ran; all: until the moves were done; probe at %s" %
+          ("SCHED_FIFO" if rt_all else "normal priority (SCHED_FIFO refused in some runs)"))
     if also:
         print("   [also]: %s" % also)
 

@@ -253,8 +253,10 @@ void chunkmem_prepare(struct chunkmem *m, const struct chunkmem_block *b, size_t
         return;
     ASSERT(off <= b->len && len <= b->len - off);
     size_t start = off / m->page * m->page, end = round_up(off + len, m->page);
-    if (madvise(b->data + start, end - start, MADV_POPULATE_WRITE) < 0 && errno == EINVAL)
-        m->no_populate = true; /* (other errors: the write faults its pages in, as without) */
+    if (madvise(b->data + start, end - start, MADV_POPULATE_WRITE) < 0 &&
+        (errno == EINVAL || errno == ENOSYS || errno == EPERM))
+        m->no_populate = true; /* not here, or not allowed: not asked again */
+    /* (Other errors: the write faults its pages in, as without.) */
 }
 
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)
