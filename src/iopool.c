@@ -9,8 +9,8 @@
  *
  * - Submitted jobs: the loop pushes each onto <incoming>, a lock-free stack, then posts <jobs>,
  *   a semaphore counting jobs not yet taken (sem_post never blocks). A worker waits on <jobs>;
- *   each count it takes stands for a job pushed before it, and under <wmu> (a mutex only
- *   workers take) it pops the oldest: when its FIFO <todo> is empty it takes the whole of
+ *   each count it takes stands for a job pushed before it, and under <ready_mu> (a mutex only
+ *   workers take) it pops the oldest: when its FIFO <ready> is empty it takes the whole of
  *   <incoming> at once and reverses it, so jobs start in the order they were submitted.
  * - Finished jobs: a worker pushes each onto <finished>, a lock-free stack (LIFO), and signals
  *   the loop's ev_async (thread-safe; libev coalesces the signals). The loop takes the whole
@@ -45,8 +45,8 @@ struct iopool {
     sem_t jobs;                       /* jobs pushed and not yet taken, plus stop counts */
     _Atomic(struct iojob *) incoming; /* pushed by the loop (LIFO); taken whole by a worker */
     _Atomic(struct iojob *) finished; /* pushed by workers (LIFO); taken whole by the loop */
-    pthread_mutex_t wmu;              /* workers only: guards todo */
-    struct iojob *todo;               /* under wmu: taken from incoming, oldest first */
+    pthread_mutex_t ready_mu;         /* workers only: guards ready */
+    struct iojob *ready;              /* under ready_mu: taken from incoming, oldest first */
     bool stopping;                    /* loop thread */
     size_t pending;                   /* loop thread: submitted, done not yet run */
     unsigned n_threads;
@@ -65,20 +65,20 @@ static void push(_Atomic(struct iojob *) *stack, struct iojob *j)
 /* The oldest job not taken yet, or NULL (a stop count). */
 static struct iojob *take(struct iopool *p)
 {
-    pthread_mutex_lock(&p->wmu);
-    if (p->todo == NULL) {
+    pthread_mutex_lock(&p->ready_mu);
+    if (p->ready == NULL) {
         struct iojob *j = atomic_exchange_explicit(&p->incoming, NULL, memory_order_acquire);
         while (j != NULL) { /* newest first: reversed into submission order */
             struct iojob *next = j->next;
-            j->next = p->todo;
-            p->todo = j;
+            j->next = p->ready;
+            p->ready = j;
             j = next;
         }
     }
-    struct iojob *j = p->todo;
+    struct iojob *j = p->ready;
     if (j != NULL)
-        p->todo = j->next;
-    pthread_mutex_unlock(&p->wmu);
+        p->ready = j->next;
+    pthread_mutex_unlock(&p->ready_mu);
     return j;
 }
 
@@ -142,7 +142,7 @@ struct iopool *iopool_new(struct ev_loop *loop, unsigned threads)
     ASSERT(rc == 0);
     atomic_init(&p->incoming, NULL);
     atomic_init(&p->finished, NULL);
-    pthread_mutex_init(&p->wmu, NULL);
+    pthread_mutex_init(&p->ready_mu, NULL);
     ev_async_init(&p->async, on_async);
     ev_async_start(loop, &p->async);
     ev_unref(loop); /* pending disk work alone does not keep the daemon running */
@@ -195,7 +195,7 @@ void iopool_free(struct iopool **pp)
     ASSERT(p->pending == 0);
     ev_ref(p->loop);
     ev_async_stop(p->loop, &p->async);
-    pthread_mutex_destroy(&p->wmu);
+    pthread_mutex_destroy(&p->ready_mu);
     sem_destroy(&p->jobs);
     p->magic = 0;
     free(p);
