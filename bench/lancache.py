@@ -296,8 +296,8 @@ def loop_sched_delays(data, pid):
     out = subprocess.run(["perf", "sched", "timehist", "-i", data], capture_output=True,
                          text=True).stdout
     tag = "[%d]" % pid
-    return [float(x.split()[4]) for x in out.splitlines()
-            if len(x.split()) >= 6 and x.split()[2].endswith(tag)]
+    rows = (line.split() for line in out.splitlines())
+    return [float(f[4]) for f in rows if len(f) >= 6 and f[2].endswith(tag)]
 
 
 def part_c(tmp, oport, tree, modes, small, big, proxies, rounds, also):

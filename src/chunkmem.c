@@ -26,10 +26,6 @@
 #include "stats.h"
 #include "util.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
 struct chunkmem {
     size_t max_block;
     int fd;       /* owns: the memory file, -1 for the malloc kind */

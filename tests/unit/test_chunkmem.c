@@ -124,8 +124,8 @@ static void test_prepare_makes_exactly_the_pages_written_ready(void **state)
     char *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(probe != MAP_FAILED);
     unsigned char in = 0;
-    bool can = madvise(probe, page, 23 /* MADV_POPULATE_WRITE */) == 0 &&
-               mincore(probe, page, &in) == 0 && (in & 1) != 0;
+    bool can = madvise(probe, page, MADV_POPULATE_WRITE) == 0 && mincore(probe, page, &in) == 0 &&
+               (in & 1) != 0;
     munmap(probe, page);
     if (!can) {
         chunkmem_put(m, &twin);
