@@ -34,6 +34,8 @@ struct tjob {
     int chain; /* done submits another job while > 0 */
 };
 
+enum { FREEZE_THREADS = 4, FREEZE_ROUNDS = 300 }; /* the pool's workers; stop rounds */
+
 static pthread_t loop_thread;
 static struct iopool *pool;
 static struct ev_loop *loop;
@@ -78,7 +80,7 @@ static int setup(void **state)
     (void)state;
     loop_thread = pthread_self();
     loop = ev_loop_new(EVFLAG_AUTO);
-    pool = iopool_new(loop, 4);
+    pool = iopool_new(loop, FREEZE_THREADS);
     done_total = 0;
     jobs = calloc(256, sizeof(*jobs));
     return loop == NULL || pool == NULL || jobs == NULL;
@@ -238,7 +240,6 @@ static void done_extra(struct iojob *j)
     ev_break(loop, EVBREAK_ALL);
 }
 
-enum { FREEZE_THREADS = 4, FREEZE_ROUNDS = 300 };
 static pthread_t dog;
 static bool dog_running;
 
@@ -252,10 +253,8 @@ static void *watchdog(void *arg)
 
 static int setup_freeze(void **state)
 {
-    if (setup(state) != 0)
+    if (setup(state) != 0) /* (its pool has FREEZE_THREADS workers) */
         return 1;
-    iopool_free(&pool);
-    pool = iopool_new(loop, FREEZE_THREADS);
     freeze_pipe[0] = freeze_pipe[1] = frozen_pipe[0] = frozen_pipe[1] = -1;
     thawed_pipe[0] = thawed_pipe[1] = -1;
     if (pool == NULL || pipe(freeze_pipe) != 0 || pipe(frozen_pipe) != 0 || pipe(thawed_pipe) != 0)
