@@ -1275,13 +1275,9 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
     return dk;
 }
 
-bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index)
+/* Whether chunk <index> of object <obj> has a file (cache_chunk_exists), the table aside. */
+static bool chunk_on_disk(struct cache *c, const uint8_t obj[16], uint64_t index)
 {
-    uint8_t obj[16];
-    cache_obj_hash(key, key_len, obj);
-    struct chunk *ck = table_find(c, obj, index);
-    if (ck != NULL)
-        return ck->state != CHUNK_S_FAILED;
     if (cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     int known = diskidx_lookup(c->didx, obj, index);
@@ -1301,6 +1297,16 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     return have;
 }
 
+bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64_t index)
+{
+    uint8_t obj[16];
+    cache_obj_hash(key, key_len, obj);
+    struct chunk *ck = table_find(c, obj, index);
+    if (ck != NULL)
+        return ck->state != CHUNK_S_FAILED;
+    return chunk_on_disk(c, obj, index);
+}
+
 size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
                         uint64_t last, struct chunk **out)
 {
@@ -1312,6 +1318,8 @@ size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64
         struct chunk *old = table_find(c, obj, i);
         if (old != NULL && old->state != CHUNK_S_FAILED)
             break; /* present or in flight: the span stops before it */
+        if (old == NULL && chunk_on_disk(c, obj, i))
+            break; /* its file is read when asked, not fetched again */
         if (old != NULL)
             table_remove(c, old);
         out[n++] = chunk_new_filling(c, key, key_len, obj, i);

@@ -1421,7 +1421,7 @@ void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o)
 
 /*
  * Read-ahead: one fetch for the missing chunks <first>..<last> of object <key> (at most
- * CACHE_SPAN_MAX, stopping before the first chunk already in memory or in flight): one upstream
+ * CACHE_SPAN_MAX, stopping before the first chunk in memory, in flight or on disk): one upstream
  * range request whose bytes fill the chunks in order, each joinable while it fills. Returns how
  * many chunks the fetch covers (0 if <first> is present).
  */

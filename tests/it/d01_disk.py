@@ -137,6 +137,23 @@ class Restart(Base):
         self.download(p, "HIT")
         self.assertEqual(self.origin.request_count(), k)
 
+    def test_read_ahead_leaves_stored_chunks_to_the_disk(self):
+        # Chunks 2 and 4 stored, not in memory (restarted): a whole download fills 0, 1, 3 and 5
+        # from the origin, each once, and reads 2 and 4 from their files, whatever spans its
+        # read-ahead asks for.
+        self.run_daemon()
+        p = "/d01/gaps/size/%d" % N
+        c = self.client()
+        for i in (2, 4):
+            c.request(p, headers=[("Range", "bytes=%d-%d" % (i * K64, (i + 1) * K64 - 1))])
+            self.assertStatus(c.read_response(), 206)
+        H.wait_until(lambda: {2, 4} <= set(self.stored(p)), 10 * H.SLOW, 0.02, "chunks 2, 4")
+        self.restart()
+        k = len(self.origin.requests)
+        self.download(p, "MISS")
+        self.daemon.settle_fetches()
+        self.assertEqual(self.new_chunks(k), [0, 1, 3, 5])
+
 
 class Corruption(Base):
     """Fill A and B, stop, damage A's chunk DAMAGED, start: A is right, the origin saw exactly a

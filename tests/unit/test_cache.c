@@ -1039,6 +1039,26 @@ static void test_a_span_stops_before_a_chunk_in_flight(void **state)
     cache_chunk_unref(&busy);
 }
 
+/* A chunk with a file but no memory copy (evicted, or from before a restart) is present: a span
+ * ending before it leaves it to a disk lookup instead of asking the origin for its bytes again. */
+static void test_a_span_stops_before_a_chunk_on_disk(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(6 * CS, "\"v1\"");
+    store_chunk(f, 3, &m);
+    wait_stores(f);
+    restart(f); /* chunk 3 only in its file now */
+    struct chunk *cks[CACHE_SPAN_MAX];
+    size_t n = cache_chunk_span(f->cache, KEY, KEY_LEN, 1, 5, cks);
+    assert_int_equal(n, 2); /* chunks 1 and 2 */
+    assert_int_equal(cache_chunk_index(cks[1]), 2);
+    assert_int_equal(cache_chunk_span(f->cache, KEY, KEY_LEN, 3, 5, cks + 2), 0);
+    for (size_t i = 0; i < n; i++) {
+        cache_chunk_failed(cks[i], CHUNK_FAIL_ORIGIN);
+        cache_chunk_unref(&cks[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1061,6 +1081,7 @@ int main(void)
         T(test_a_purge_wins_over_stores_still_pending),
         T(test_readers_of_a_purged_chunk_keep_it),
         T(test_a_span_stops_before_a_chunk_in_flight),
+        T(test_a_span_stops_before_a_chunk_on_disk),
         T(test_cache_seen_mark_counts_each_byte_once_in_any_order),
         T(test_cache_seen_mark_is_exact_up_to_its_runs_then_merges_the_closest),
         T(test_the_kept_records_are_bounded_oldest_dropped_first),
