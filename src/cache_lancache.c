@@ -132,7 +132,7 @@ static bool siblings_agree(const struct lc_query *q, const char *dir, const stru
 /* Reads [off, off + len) of <fd> into the page cache (the bytes are dropped). */
 static void warm_pages(int fd, off_t off, uint64_t len)
 {
-    static _Thread_local char scratch[256 * 1024];
+    static _Thread_local char scratch[UTIL_IO_STEP];
     while (len > 0) {
         size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
         ssize_t r = pread(fd, scratch, n, off);

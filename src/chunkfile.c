@@ -203,12 +203,13 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
     return 0;
 }
 
-/* write() all of <p>[0..len), retrying short writes and EINTR. Returns 0 or -errno. */
+/* write() all of <p>[0..len) in steps of UTIL_IO_STEP, retrying short writes and EINTR. Returns 0
+ * or -errno. */
 static int write_all(int fd, const void *p, size_t len)
 {
     const uint8_t *b = p;
     while (len > 0) {
-        ssize_t n = write(fd, b, len);
+        ssize_t n = write(fd, b, len < UTIL_IO_STEP ? len : UTIL_IO_STEP);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -270,12 +271,13 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
     return rc < 0 ? rc : chunkfile_commit(dirfd, tmp_path, final_path);
 }
 
-/* pread() exactly <len> bytes at <off>. Returns 0, -EBADMSG when the file ends first, or -errno. */
+/* pread() exactly <len> bytes at <off> (in steps of UTIL_IO_STEP). Returns 0, -EBADMSG when the
+ * file ends first, or -errno. */
 static int pread_all(int fd, void *p, size_t len, off_t off)
 {
     uint8_t *b = p;
     while (len > 0) {
-        ssize_t n = pread(fd, b, len, off);
+        ssize_t n = pread(fd, b, len < UTIL_IO_STEP ? len : UTIL_IO_STEP, off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -128,7 +128,8 @@ static int read_exact(int fd, char *buf, size_t len, off_t off)
 {
     size_t got = 0;
     while (got < len) {
-        ssize_t r = pread(fd, buf + got, len - got, off + (off_t)got);
+        size_t n = len - got < UTIL_IO_STEP ? len - got : UTIL_IO_STEP;
+        ssize_t r = pread(fd, buf + got, n, off + (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)

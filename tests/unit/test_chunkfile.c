@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "range.h"
+#include "util.h"
 
 /* ---- write() / fdatasync() fault injection ---- */
 
@@ -35,6 +36,7 @@ static int g_write_calls;   /* write() calls since the last reset */
 static int g_write_fail_at; /* fail this call (1-based) with g_write_errno; 0: never */
 static int g_write_errno;   /* errno for the failing call */
 static size_t g_write_max;  /* cap each write() at this many bytes; 0: no cap */
+static size_t g_write_most; /* the most bytes one write() was asked to move */
 static int g_write_eintr;   /* fail this many calls with EINTR first */
 static int g_sync_calls;    /* fdatasync() calls */
 static int g_sync_errno;    /* fail fdatasync() with this errno; 0: succeed */
@@ -42,7 +44,7 @@ static int g_sync_errno;    /* fail fdatasync() with this errno; 0: succeed */
 static void faults_reset(void)
 {
     g_write_calls = g_write_fail_at = g_write_errno = g_write_eintr = 0;
-    g_write_max = 0;
+    g_write_max = g_write_most = 0;
     g_sync_calls = g_sync_errno = 0;
 }
 
@@ -54,6 +56,8 @@ int __wrap_fdatasync(int fd);
 ssize_t __wrap_write(int fd, const void *buf, size_t count)
 {
     g_write_calls++;
+    if (count > g_write_most)
+        g_write_most = count;
     if (g_write_eintr > 0) {
         g_write_eintr--;
         errno = EINTR;
@@ -778,6 +782,54 @@ static void test_chunkfile_write_big_header_and_body(void **state)
     free(out);
 }
 
+/* read() system calls of this process so far (/proc/self/io), -1 when the kernel does not say. */
+static long long syscalls_read(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    if (f == NULL)
+        return -1;
+    char line[128];
+    long long n = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "syscr: %lld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* A chunk is written and read in system calls of at most UTIL_IO_STEP bytes each (util.h: the
+ * loop waits for no long copy of a disk thread on its core). */
+static void test_chunkfile_io_moves_at_most_a_step_per_call(void **state)
+{
+    struct fx *fx = *state;
+    const uint64_t cs = 1u << 20;
+    uint8_t *body = malloc(cs), *out = malloc(cs);
+    assert_non_null(body);
+    assert_non_null(out);
+    fill_body(body, cs, 3);
+    struct chunkfile_meta m = meta_for(KEY, 0, cs, 2 * cs);
+    uint8_t h[16];
+    chunkfile_key_hash(KEY, strlen(KEY), h);
+    assert_int_equal(chunkfile_path(fx->path, sizeof(fx->path), fx->dir, h, 0), 0);
+    assert_int_equal(chunkfile_tmp_path(fx->tmp, sizeof(fx->tmp), fx->dir, h, 0, 7), 0);
+    assert_int_equal(chunkfile_write(AT_FDCWD, fx->tmp, fx->path, &m, body, cs, false), 0);
+    assert_true(g_write_most > 0 && g_write_most <= UTIL_IO_STEP);
+    assert_true((size_t)g_write_calls >= cs / UTIL_IO_STEP);
+    struct chunkfile_info info;
+    size_t blen = 0;
+    off_t boff = 0;
+    long long r0 = syscalls_read();
+    assert_int_equal(chunkfile_read_verify(AT_FDCWD, fx->path, KEY, strlen(KEY), cs, 0, &info, out,
+                                           cs, &blen, &boff),
+                     0);
+    long long r1 = syscalls_read();
+    assert_memory_equal(out, body, cs);
+    if (r0 >= 0 && r1 >= 0)
+        assert_true(r1 - r0 >= (long long)(cs / UTIL_IO_STEP));
+    free(body);
+    free(out);
+}
+
 static void test_chunkfile_write_creates_shard_subdirs_lazily(void **state)
 {
     struct fx *fx = *state;
@@ -1172,6 +1224,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunkfile_key_hash_known_vector),
+        cmocka_unit_test_setup_teardown(test_chunkfile_io_moves_at_most_a_step_per_call, setup,
+                                        teardown),
         cmocka_unit_test(test_chunkfile_key_hash_stable_and_distinct),
         cmocka_unit_test(test_chunkfile_path_layout),
         cmocka_unit_test(test_chunkfile_path_too_small_is_enametoolong),
