@@ -260,9 +260,9 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
 /* ---- the filler's API ---- */
 /*
  * Read-ahead: new FILLING chunks for the missing chunks <first>..<last> (at most CACHE_SPAN_MAX,
- * stopping before the first chunk in memory, in flight or with a file), each in the table and
- * joinable at once, a ref on each in <out>[0..n) for the caller, who fills them in order. Returns
- * n (0 if <first> is present).
+ * stopping before the first chunk in memory, in flight or with a file the disk index knows of),
+ * each in the table and joinable at once, a ref on each in <out>[0..n) for the caller, who fills
+ * them in order. Returns n (0 if <first> is present).
  */
 size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
                         uint64_t last, struct chunk **out);

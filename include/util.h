@@ -31,10 +31,11 @@ void util_assert_fail(const char *expr, const char *file, int line, const char *
 
 /*
  * The most bytes one read or write system call of the disk threads moves. A kernel without full
- * preemption (Debian's default is voluntary) runs a system call to its end before a thread woken
- * on the same core gets it: a 1 MiB write into the page cache was one stretch of 1-3 ms there,
- * during which the loop, woken by a client, waited (bench/README, issue 18). A step returns to
- * user space, where the loop takes the core at once.
+ * preemption (measured on preempt=none; Debian's default, voluntary, has only a few more points)
+ * keeps a thread in a system call until its end before one woken on the same core gets it: a
+ * 1 MiB write into the page cache was one stretch of 1-3 ms there, during which the loop, woken
+ * by a client, waited (bench/README, issue 18). A step returns to user space, where the loop
+ * takes the core at once.
  */
 #define UTIL_IO_STEP ((size_t)64 * 1024)
 

@@ -61,7 +61,7 @@ _Static_assert(OBJHEAD_DATE_MAX == CHUNKFILE_DATE_MAX, "stored Date bound");
 #define CACHE_VERIFIED_SLOTS 65536u
 #define CACHE_MARKER "cacheparty.cache"
 #define CACHE_MARKER_VERSION 1
-#define CACHE_VERIFY_BUF (128 * 1024) /* on a worker's stack */
+#define CACHE_VERIFY_BUF UTIL_IO_STEP /* on a worker's stack; one read each (util.h) */
 #define CACHE_IO_THREADS 4u
 #define CACHE_SHARD_RETRY_S 30
 #define CACHE_MAX_CHUNKS (1ull << 26) /* an object of more chunks is not cached */
@@ -1275,14 +1275,16 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
     return dk;
 }
 
-/* Whether chunk <index> of object <obj> has a file (cache_chunk_exists), the table aside. */
-static bool chunk_on_disk(struct cache *c, const uint8_t obj[16], uint64_t index)
+/* Whether chunk <index> of object <obj> has a file (cache_chunk_exists), the table aside. Before
+ * the start-up scan has seen it, the filesystem is asked when <ask_fs> (a stat() on the loop:
+ * once per lookup, never once per chunk of a span), else the answer is no. */
+static bool chunk_on_disk(struct cache *c, const uint8_t obj[16], uint64_t index, bool ask_fs)
 {
     if (cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
         return false;
     int known = diskidx_lookup(c->didx, obj, index);
     bool have = known == 1;
-    if (known < 0) {
+    if (known < 0 && ask_fs) {
         /* The start-up scan has not seen it yet: ask the filesystem (as the scan itself does). */
         char path[PATH_MAX];
         struct stat sb;
@@ -1304,7 +1306,7 @@ bool cache_chunk_exists(struct cache *c, const char *key, size_t key_len, uint64
     struct chunk *ck = table_find(c, obj, index);
     if (ck != NULL)
         return ck->state != CHUNK_S_FAILED;
-    return chunk_on_disk(c, obj, index);
+    return chunk_on_disk(c, obj, index, true);
 }
 
 size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64_t first,
@@ -1318,7 +1320,7 @@ size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64
         struct chunk *old = table_find(c, obj, i);
         if (old != NULL && old->state != CHUNK_S_FAILED)
             break; /* present or in flight: the span stops before it */
-        if (old == NULL && chunk_on_disk(c, obj, i))
+        if (old == NULL && chunk_on_disk(c, obj, i, false))
             break; /* its file is read when asked, not fetched again */
         if (old != NULL)
             table_remove(c, old);

@@ -149,10 +149,15 @@ class Restart(Base):
             self.assertStatus(c.read_response(), 206)
         H.wait_until(lambda: {2, 4} <= set(self.stored(p)), 10 * H.SLOW, 0.02, "chunks 2, 4")
         self.restart()
+        # (a span trusts the disk index alone: wait for its start-up scan to count the two)
+        H.wait_until(lambda: self.daemon.metrics().get('cacheparty_cache_chunks{tier="disk"}') == 2,
+                     10 * H.SLOW, 0.02, "the disk index's scan")
         k = len(self.origin.requests)
         self.download(p, "MISS")
         self.daemon.settle_fetches()
         self.assertEqual(self.new_chunks(k), [0, 1, 3, 5])
+        # (read ahead: 1, 3 and 5; chunk 0 was the reader's own miss)
+        self.assertEqual(self.daemon.metrics()["cacheparty_readahead_chunks_total"], 3)
 
 
 class Corruption(Base):
