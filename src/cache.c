@@ -1599,7 +1599,7 @@ void cache_chunk_set_origin_status(struct chunk *ck, int status)
 void cache_chunk_split_at(struct chunk *ck, uint64_t off)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    ASSERT(ck->state == CHUNK_S_FILLING && ck->tail_off == 0 && off > ck->len);
+    ASSERT(ck->state == CHUNK_S_FILLING && ck->len == 0 && off > 0);
     ck->tail_off = ck->tail_end = off;
 }
 

@@ -161,8 +161,6 @@ struct fetch {
     uint64_t first;     /* the first object byte it was asked for (fetch_foreach) */
     double started_at;  /* ev_now at its start */
     double byte_at;     /* ev_now of its last body byte (started_at before the first) */
-    double flow_at;     /* ev_now of its first body byte, and <pos> then (fetch_cut_at) */
-    uint64_t flow_pos;
 };
 
 static struct fetch_ctx *fctx;
@@ -1096,10 +1094,6 @@ static size_t sink_body(void *arg, const char *data, size_t len)
             if (!reserve_current(f))
                 return taken; /* paused until memory frees */
             cache_chunk_commit(ck, f->pos - cstart, data + taken, n);
-            if (!f->flowing) {
-                f->flow_at = ev_now(fctx->loop);
-                f->flow_pos = f->pos;
-            }
             f->flowing = true;
             if (f->peer >= 0)
                 peers_count_asked((unsigned)f->peer, n);
@@ -1689,56 +1683,6 @@ void fetch_ahead(struct cache *cache, const char *key, size_t key_len, const uin
     }
 }
 
-/*
- * A reader waits for byte <off> of <ck>, the chunk <f> is streaming now, far ahead of where f
- * is in it: when f would take longer to get there, at the rate its bytes come, than its own
- * request took to its first byte, <ck> becomes a two-part chunk at <off>. f fills [its position,
- * off) and stops there (its answer is cut, as fetch_split cuts a run); a new fetch fills
- * [off, ...) and the rest of f's run. So a reader that joins a slow fill deep inside a chunk waits
- * about one origin round trip, as the first reader of a chunk does (fetch_start_at), and every
- * byte is still fetched once. Returns whether it did.
- */
-static bool fetch_cut_at(struct fetch *f, struct chunk *ck, uint64_t off)
-{
-    if (f->state != FETCH_S_BODY || !f->flowing || f->whole_object || f->peer >= 0 ||
-        f->head_ck != NULL || f->cur >= f->n || f->cks[f->cur] != ck || cache_chunk_is_split(ck) ||
-        origin_ignores_ranges(f->authority))
-        return false;
-    uint64_t cstart = chunk_start(ck), at = cache_chunk_len(ck);
-    if (f->pos != cstart + at || off <= at || off - at < FETCH_TWO_PART_MIN ||
-        off >= cache_chunk_cap(ck) || cstart + off > f->last)
-        return false;
-    double now = ev_now(fctx->loop), dt = now - f->flow_at, rtt = f->flow_at - f->sent_at;
-    uint64_t got = f->pos - f->flow_pos;
-    if (dt <= 0 || rtt <= 0 || got == 0)
-        return false; /* no rate to go by yet (or a resumed attempt's clock) */
-    /* Time to bring the bytes before <off> = (off - at) / (got / dt); worth a request of its
-     * own when that is more than f's first-byte time. */
-    if ((double)(off - at) * dt <= rtt * (double)got)
-        return false;
-    struct fetch *g = fetch_sibling(f);
-    g->cks[0] = cache_chunk_ref(ck);
-    for (size_t i = f->cur + 1; i < f->n; i++) {
-        g->cks[i - f->cur] = f->cks[i];
-        cache_chunk_set_filler(f->cks[i], g);
-        f->cks[i] = NULL;
-    }
-    g->n = f->n - f->cur;
-    f->n = f->cur + 1; /* f's answer is cut at <off>: see sink_body */
-    g->pos = g->first = cstart + off;
-    g->last = f->last;
-    g->next_index = f->next_index;
-    f->last = cstart + off - 1;
-    f->next_index = cache_chunk_index(ck) + 1;
-    cache_chunk_split_at(ck, off);
-    cache_chunk_set_filler(ck, g); /* (as a first reader's two-part chunk: the tail's fetch) */
-    g_stats.fetch_two_part++;
-    log_debug("fetch#%u cut at byte %llu of chunk %llu for a reader ahead: fetch#%u goes on", f->id,
-              (unsigned long long)off, (unsigned long long)cache_chunk_index(ck), g->id);
-    fetch_go_like(g, f);
-    return true;
-}
-
 bool fetch_want(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
@@ -1753,7 +1697,7 @@ bool fetch_want(struct chunk *ck, uint64_t off)
     }
     if (cache_chunk_len(ck) == 0 && !cache_chunk_is_split(ck))
         return fetch_split(ck, off);
-    return fetch_cut_at(f, ck, off);
+    return false;
 }
 
 void fetch_cancel_all(void)

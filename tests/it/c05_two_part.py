@@ -186,35 +186,6 @@ class TwoPart(Base):
         self.assertBody(r, p, total=total)
         self.assertEachChunkOnce(p, total)
 
-    def test_reader_joining_a_stalled_fill_deep_inside_gets_its_own_part(self):
-        # A's range from the start of chunk 0 is answered, then held after 16 KiB: the fill
-        # streams, but slower than a request of its own would bring B's first byte 0.86 MiB
-        # ahead of it. B's range there cuts the fill at B's offset: chunk 0 becomes two parts,
-        # B is served while A's answer is still held, and A then gets the whole chunk.
-        total = 2 * CS
-        deep = 900000
-        d, paced, p = self.start(total, "join", hold_bytes=16 * H.KIB)
-        a = self.client(timeout=30)
-        a.request(p, headers=[("Range", "bytes=0-%d" % (CS - 1))])
-        ra = a.read_head()
-        self.assertStatus(ra, 206)
-        self.wait_holding(paced)
-        a.read_body_until(ra, 16 * H.KIB)
-        self.assertEqual(len(ra.body), 16 * H.KIB)
-        b = self.client()
-        b.request(p, headers=[("Range", "bytes=%d-%d" % (deep, deep + 9999))])
-        rb = b.read_response()
-        self.assertStatus(rb, 206)
-        self.assertBody(rb, p, deep, deep + 10000)
-        self.assertFalse(paced.finished.is_set())
-        starts = sorted(H.range_of(r)[0] for r in self.reqs(p))
-        self.assertEqual(starts, [0, deep], "upstream requests: %r" % starts)
-        self.assertEqual(d.status()["fetch_two_part_total"], 1)
-        paced.release.set()
-        self.assertBody(a.finish_response(ra), p, 0, CS)
-        d.settle_fetches()
-        self.assertChunkZeroStored(p)
-
     def test_deep_range_inside_someone_elses_run(self):
         # A's full GET: chunk 0 alone, then read-ahead runs [1..4] and [5..7]; the run [1..4]
         # is held inside chunk 1, so chunk 3 is far ahead of it: B's range deep in chunk 3 cuts
