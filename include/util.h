@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 void util_assert_fail(const char *expr, const char *file, int line, const char *func)
     __attribute__((noreturn));
@@ -38,6 +39,10 @@ void util_assert_fail(const char *expr, const char *file, int line, const char *
  * takes the core at once.
  */
 #define UTIL_IO_STEP ((size_t)64 * 1024)
+
+/* pread() exactly <len> bytes at <off> into <buf>, in steps of UTIL_IO_STEP, retrying EINTR.
+ * Returns 0, -ENODATA when the file ends first, or -errno. */
+int util_pread_exact(int fd, void *buf, size_t len, off_t off);
 
 /* Allocators for small fixed objects: log and abort on failure (never NULL). */
 void *xmalloc(size_t len);

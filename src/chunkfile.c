@@ -271,25 +271,11 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
     return rc < 0 ? rc : chunkfile_commit(dirfd, tmp_path, final_path);
 }
 
-/* pread() exactly <len> bytes at <off> (in steps of UTIL_IO_STEP). Returns 0, -EBADMSG when the
- * file ends first, or -errno. */
+/* util_pread_exact, a file that ends first being one we cannot trust (-EBADMSG). */
 static int pread_all(int fd, void *p, size_t len, off_t off)
 {
-    uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = pread(fd, b, len < UTIL_IO_STEP ? len : UTIL_IO_STEP, off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return -EBADMSG; /* shrank under us: not a file we can trust */
-        b += n;
-        off += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    int rc = util_pread_exact(fd, p, len, off);
+    return rc == -ENODATA ? -EBADMSG : rc; /* shrank under us */
 }
 
 /* Copies <s>[0..len) into <dst> (room for len + 1) and NUL-terminates it. */

@@ -124,23 +124,6 @@ bool ngxfile_same_version(const struct ngxfile *a, const struct ngxfile *b)
            strcmp(a->last_modified, b->last_modified) == 0;
 }
 
-static int read_exact(int fd, char *buf, size_t len, off_t off)
-{
-    size_t got = 0;
-    while (got < len) {
-        size_t n = len - got < UTIL_IO_STEP ? len - got : UTIL_IO_STEP;
-        ssize_t r = pread(fd, buf + got, n, off + (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return -EIO; /* shorter than checked: changed under us */
-        got += (size_t)r;
-    }
-    return 0;
-}
-
 void ngxfile_move(struct ngxfile_move *mv)
 {
     uint64_t n = mv->last - mv->first + 1;
@@ -168,8 +151,10 @@ void ngxfile_move(struct ngxfile_move *mv)
                                       index, &info, body, mv->chunk_size, &blen, &boff) == 0)
                 continue;
         }
-        mv->rc = read_exact(mv->fd, body, (size_t)len,
-                            mv->off0 + (off_t)((index - mv->first) * mv->chunk_size));
+        mv->rc = util_pread_exact(mv->fd, body, (size_t)len,
+                                  mv->off0 + (off_t)((index - mv->first) * mv->chunk_size));
+        if (mv->rc == -ENODATA)
+            mv->rc = -EIO; /* shorter than checked: changed under us */
         if (mv->rc < 0)
             break;
         mv->m.index = index;

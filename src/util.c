@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 void util_assert_fail(const char *expr, const char *file, int line, const char *func)
 {
@@ -69,6 +70,24 @@ uint64_t util_wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int util_pread_exact(int fd, void *buf, size_t len, off_t off)
+{
+    char *b = buf;
+    while (len > 0) {
+        ssize_t n = pread(fd, b, len < UTIL_IO_STEP ? len : UTIL_IO_STEP, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -ENODATA;
+        b += n;
+        off += n;
+        len -= (size_t)n;
+    }
+    return 0;
 }
 
 bool util_ieq(const char *a, size_t alen, const char *b)

@@ -822,10 +822,7 @@ static void test_chunkfile_io_moves_at_most_a_step_per_call(void **state)
     assert_non_null(out);
     fill_body(body, cs, 3);
     struct chunkfile_meta m = meta_for(KEY, 0, cs, 2 * cs);
-    uint8_t h[16];
-    chunkfile_key_hash(KEY, strlen(KEY), h);
-    assert_int_equal(chunkfile_path(fx->path, sizeof(fx->path), fx->dir, h, 0), 0);
-    assert_int_equal(chunkfile_tmp_path(fx->tmp, sizeof(fx->tmp), fx->dir, h, 0, 7), 0);
+    paths_for(fx, KEY, 0);
     assert_int_equal(chunkfile_write(AT_FDCWD, fx->tmp, fx->path, &m, body, cs, false), 0);
     assert_true(g_write_most > 0 && g_write_most <= UTIL_IO_STEP);
     assert_true((size_t)g_write_calls >= cs / UTIL_IO_STEP);

@@ -3,14 +3,18 @@
 #include "util.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -131,6 +135,31 @@ static void test_util_addr_equal_compares_family_address_and_port_only(void **st
     assert_false(util_addr_equal(&c6, &d6));
 }
 
+/* An exact read across several steps gives every byte; one past the file's end is -ENODATA. */
+static void test_util_pread_exact_reads_all_or_says_the_file_ended(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cp_util_pread.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    size_t len = 3 * UTIL_IO_STEP + 123;
+    char *in = malloc(len), *out = malloc(len + 1);
+    assert_non_null(in);
+    assert_non_null(out);
+    for (size_t i = 0; i < len; i++)
+        in[i] = (char)(i * 31 + 7);
+    assert_int_equal(write(fd, in, len), (ssize_t)len);
+    assert_int_equal(util_pread_exact(fd, out, len - 10, 10), 0);
+    assert_memory_equal(out, in + 10, len - 10);
+    assert_int_equal(util_pread_exact(fd, out, len + 1, 0), -ENODATA);
+    assert_int_equal(util_pread_exact(-1, out, 1, 0), -EBADF);
+    assert_int_equal(util_pread_exact(fd, out, 0, (off_t)len + 5), 0);
+    close(fd);
+    free(in);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_util_addr_text_other_family_is_dash),
         cmocka_unit_test(test_util_addr_text_cuts_to_cap_and_terminates),
         cmocka_unit_test(test_util_ieq_ignores_case_and_needs_equal_length),
+        cmocka_unit_test(test_util_pread_exact_reads_all_or_says_the_file_ended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
