@@ -7,7 +7,8 @@
  * cached for their TTL (clamped to 1 s .. 1 h); failures for RESOLVER_NEG_TTL_MS.
  * Lifecycle: resolver_new() -> resolver_query()* / resolver_route()* -> resolver_free(). A
  * query's or route's callback fires exactly once, never before resolver_query() or
- * resolver_route() returns, unless it is cancelled first.
+ * resolver_route() returns, unless it is cancelled first; an answer known at once (cached, a
+ * literal, an override) comes in the same loop iteration, right after the running callback.
  * Owns: the c-ares channel, its socket watchers, the cache entries, the queries, the table of
  * addresses marked dead (address health, below).
  */

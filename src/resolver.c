@@ -5,13 +5,16 @@
  * Entries (struct rentry) are keyed by host name in a small chained hash. An entry is PENDING
  * while one ares_getaddrinfo() runs for it (the c-ares query borrows the entry pointer) and READY
  * once answered (addresses or an error) until it expires. Queries wait on their entry's list;
- * every completion, even a cache hit, goes through the ready list and the zero-delay defer timer,
- * so callbacks never fire inside resolver_query() nor inside c-ares (which may call back
- * synchronously). Entries are freed by a sweep when the table grows, or by resolver_free().
- * A route (resolver_route) is a query whose answer is checked and ordered when delivered
- * (resolver_acceptable, resolver_order), or, for an override or an IP literal, a query put on the
- * ready list at once with its one address. Dead addresses are a small array (RESOLVER_DEAD_MAX)
- * searched linearly: it is read once per route and per origin connection.
+ * every completion, even a cache hit, goes through the ready list and the defer watcher, fed as a
+ * pending event of high priority: callbacks never fire inside resolver_query() nor inside c-ares
+ * (which may call back synchronously), yet run in the same loop iteration, right after the
+ * callback that made them ready and before the clients' I/O (a fetch's origin request must not
+ * wait a whole iteration of other clients' sends for a cached answer). Entries are freed by a sweep
+ * when the table grows, or by resolver_free(). A route (resolver_route) is a query whose answer is
+ * checked and ordered when delivered (resolver_acceptable, resolver_order), or, for an override or
+ * an IP literal, a query put on the ready list at once with its one address. Dead addresses are a
+ * small array (RESOLVER_DEAD_MAX) searched linearly: it is read once per route and per origin
+ * connection.
  */
 #include "resolver.h"
 
@@ -83,7 +86,7 @@ struct resolver {
     struct ev_loop *loop;
     ares_channel channel;
     ev_timer timeout;    /* c-ares retransmit timer */
-    ev_timer defer;      /* zero-delay: delivers r->ready */
+    ev_timer defer;      /* never started, only fed (ready_push): delivers r->ready */
     struct sockw *socks; /* watchers for c-ares sockets */
     struct rentry *buckets[RESOLVER_BUCKETS];
     size_t n_entries;
@@ -158,17 +161,17 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
     ev_io_start(r->loop, &s->io);
 }
 
-/* Appends <q> (its result set) to the ready list and arms the defer timer. */
+/* Appends <q> (its result set) to the ready list and makes the defer watcher pending. */
 static void ready_push(struct resolver *r, struct resolver_query *q)
 {
     q->pprev = r->ready_tail;
     *r->ready_tail = q;
     r->ready_tail = &q->next;
-    if (!r->freeing && !ev_is_active(&r->defer))
-        ev_timer_start(r->loop, &r->defer);
+    if (!r->freeing && !ev_is_pending(&r->defer))
+        ev_feed_event(r->loop, &r->defer, EV_TIMER);
 }
 
-/* Moves every waiter of <e> to the ready list and arms the defer timer. */
+/* Moves every waiter of <e> to the ready list and makes the defer watcher pending. */
 static void entry_release_waiters(struct resolver *r, struct rentry *e)
 {
     struct resolver_query *q;
@@ -322,6 +325,7 @@ struct resolver *resolver_new(struct ev_loop *loop, const struct config *cfg, ch
     r->ready_tail = &r->ready;
     ev_init(&r->timeout, on_ares_timeout);
     ev_timer_init(&r->defer, on_defer, 0., 0.);
+    ev_set_priority(&r->defer, EV_MAXPRI - 1); /* as the origin sockets (upstream.c) */
 
     memset(&opt, 0, sizeof(opt));
     opt.sock_state_cb = on_sock_state;
@@ -509,7 +513,7 @@ void resolver_free(struct resolver **rp)
     }
     ares_destroy(r->channel);
     ev_timer_stop(r->loop, &r->timeout);
-    ev_timer_stop(r->loop, &r->defer);
+    ev_clear_pending(r->loop, &r->defer);
     while (r->socks != NULL) {
         struct sockw *s = r->socks;
         r->socks = s->next;

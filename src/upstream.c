@@ -334,6 +334,10 @@ static void up_begin(struct upstream *up)
         up_set_state(up, UP_S_SENDING);
         up_timer_first_byte(up);
         update_io(up);
+        /* A connected socket takes the request now, in this iteration (after the running
+         * callback: on_up_io never runs inside upstream_start), not after a poll and every
+         * client's turn in the next one. */
+        ev_feed_event(up->loop, &up->io, EV_WRITE);
         return;
     }
     up_connect(up);

@@ -1029,6 +1029,36 @@ static void test_resolver_route_ip_literal_used_as_is_without_dns(void **state)
     assert_int_equal(f->srv.n_pkts, 0);
 }
 
+/* An answer made ready inside a loop callback (here an IP literal's, ready at once; a cached
+ * name's goes the same way) is delivered in that same loop iteration, after the callback returns:
+ * a fetch's origin request must not wait for every other client's turn of the next iteration. */
+struct asker {
+    struct fx *f;
+    ev_timer timer;
+    struct route_res r;
+};
+
+static void on_asker(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct asker *a = container_of(w, struct asker, timer);
+    route(a->f, "10.1.2.3", true, 8080, NULL, false, &a->r); /* (asserts: not inside the call) */
+}
+
+static void test_resolver_route_from_a_callback_answers_in_the_same_iteration(void **state)
+{
+    struct fx *f = *state;
+    struct asker a = {.f = f};
+    ev_timer_init(&a.timer, on_asker, 0., 0.);
+    ev_timer_start(f->loop, &a.timer);
+    ev_run(f->loop, EVRUN_ONCE); /* one iteration: the asker's timer fires, and the answer */
+    assert_int_equal(a.r.fired, 1);
+    assert_false(a.r.sync);
+    assert_int_equal(a.r.err, 0);
+    assert_v4(&a.r.addr, "10.1.2.3", 8080);
+}
+
 static void test_resolver_route_not_a_literal_einval_deferred(void **state)
 {
     struct fx *f = *state;
@@ -1278,6 +1308,7 @@ int main(void)
         FX(test_resolver_new_system_dns_then_free),
         FX(test_resolver_route_override_used_as_is_without_dns),
         FX(test_resolver_route_ip_literal_used_as_is_without_dns),
+        FX(test_resolver_route_from_a_callback_answers_in_the_same_iteration),
         FX(test_resolver_route_not_a_literal_einval_deferred),
         FX(test_resolver_route_private_answer_refused_eacces),
         FX(test_resolver_route_private_answer_allowed_with_allow_private),

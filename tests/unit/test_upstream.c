@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -795,6 +796,48 @@ static void test_upstream_start_keepalive_reuses_connection(void **state)
     rec_free(&r3);
 }
 
+/* A request started from a loop callback on a kept-alive socket is written in that iteration,
+ * not after the next poll and every client's turn in it (the fetch's first byte waits for it). */
+struct later_start {
+    struct fx *f;
+    struct rec *r;
+    ev_timer timer;
+};
+
+static void on_later_start(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct later_start *l = container_of(w, struct later_start, timer);
+    start(l->f, l->r, H1_M_GET);
+}
+
+static void test_upstream_start_on_a_kept_socket_writes_in_the_same_iteration(void **state)
+{
+    struct fx *f = *state;
+    struct rec r1 = {0}, r2 = {0};
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", 0, false);
+    srv_add(&f->srv, ACT_RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo", 0, false);
+    start(f, &r1, H1_M_GET);
+    RUN_UNTIL(f, r1.done > 0);
+    assert_int_equal(f->srv.accepts, 1);
+    struct later_start l = {.f = f, .r = &r2};
+    ev_timer_init(&l.timer, on_later_start, 0., 0.);
+    ev_timer_start(f->loop, &l.timer);
+    ev_run(f->loop, EVRUN_ONCE); /* the timer fires: r2 starts on the kept socket */
+    assert_non_null(r2.up);
+    int queued = 0;
+    assert_int_equal(ioctl(f->srv.conns[0].fd, FIONREAD, &queued), 0);
+    assert_true(queued > 0); /* the request already waits at the origin's end */
+    RUN_UNTIL(f, r2.done > 0);
+    assert_int_equal(r2.err, UP_OK);
+    assert_body(&r2, "two", 3);
+    assert_int_equal(f->srv.accepts, 1);
+    assert_int_equal(g_stats.upstream_conn_reused, 1);
+    rec_free(&r1);
+    rec_free(&r2);
+}
+
 static void test_upstream_start_connection_close_not_reused(void **state)
 {
     struct fx *f = *state;
@@ -1516,6 +1559,7 @@ int main(void)
         FX(test_upstream_resume_close_delimited_eof_while_paused),
         FX(test_upstream_resume_truncated_body_eof_while_paused_is_io_error),
         FX(test_upstream_start_keepalive_reuses_connection),
+        FX(test_upstream_start_on_a_kept_socket_writes_in_the_same_iteration),
         FX(test_upstream_start_connection_close_not_reused),
         FX(test_upstream_start_extra_bytes_after_body_not_reused),
         FX(test_upstream_start_reused_socket_closed_retries_on_new),
