@@ -8,7 +8,8 @@
  * Lifecycle: resolver_new() -> resolver_query()* / resolver_route()* -> resolver_free(). A
  * query's or route's callback fires exactly once, never before resolver_query() or
  * resolver_route() returns, unless it is cancelled first; an answer known at once (cached, a
- * literal, an override) comes in the same loop iteration, right after the running callback.
+ * literal, an override) asked from a loop callback comes in the same loop iteration, right after
+ * that callback.
  * Owns: the c-ares channel, its socket watchers, the cache entries, the queries, the table of
  * addresses marked dead (address health, below).
  */

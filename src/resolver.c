@@ -6,10 +6,11 @@
  * while one ares_getaddrinfo() runs for it (the c-ares query borrows the entry pointer) and READY
  * once answered (addresses or an error) until it expires. Queries wait on their entry's list;
  * every completion, even a cache hit, goes through the ready list and the defer watcher, fed as a
- * pending event of high priority: callbacks never fire inside resolver_query() nor inside c-ares
- * (which may call back synchronously), yet run in the same loop iteration, right after the
- * callback that made them ready and before the clients' I/O (a fetch's origin request must not
- * wait a whole iteration of other clients' sends for a cached answer). Entries are freed by a sweep
+ * pending event of high priority when made ready inside a loop callback (a zero-delay timer
+ * outside one): callbacks never fire inside resolver_query() nor inside c-ares (which may call
+ * back synchronously), yet run in the same loop iteration, right after the callback that made
+ * them ready and before the clients' I/O (a fetch's origin request must not wait a whole
+ * iteration of other clients' sends for a cached answer). Entries are freed by a sweep
  * when the table grows, or by resolver_free(). A route (resolver_route) is a query whose answer is
  * checked and ordered when delivered (resolver_acceptable, resolver_order), or, for an override or
  * an IP literal, a query put on the ready list at once with its one address. Dead addresses are a
@@ -85,8 +86,8 @@ struct resolver {
     unsigned magic;
     struct ev_loop *loop;
     ares_channel channel;
-    ev_timer timeout;    /* c-ares retransmit timer */
-    ev_timer defer;      /* never started, only fed (ready_push): delivers r->ready */
+    ev_timer timeout; /* c-ares retransmit timer */
+    ev_timer defer; /* fed, or a zero-delay timer outside ev_run (ready_push): delivers r->ready */
     struct sockw *socks; /* watchers for c-ares sockets */
     struct rentry *buckets[RESOLVER_BUCKETS];
     size_t n_entries;
@@ -167,8 +168,18 @@ static void ready_push(struct resolver *r, struct resolver_query *q)
     q->pprev = r->ready_tail;
     *r->ready_tail = q;
     r->ready_tail = &q->next;
-    if (!r->freeing && !ev_is_pending(&r->defer))
-        ev_feed_event(r->loop, &r->defer, EV_TIMER);
+    if (r->freeing)
+        return;
+    /* Inside a loop callback: fed, so it runs right after that callback (libev 4.33's
+     * ev_feed_event makes ev_invoke_pending look at the higher priorities again). Outside one
+     * (before ev_run, between two): a fed event would wait for whatever ends the next poll, so a
+     * zero-delay timer makes that poll return at once. */
+    if (ev_depth(r->loop) > 0) {
+        if (!ev_is_pending(&r->defer))
+            ev_feed_event(r->loop, &r->defer, EV_TIMER);
+    } else if (!ev_is_active(&r->defer)) {
+        ev_timer_start(r->loop, &r->defer);
+    }
 }
 
 /* Moves every waiter of <e> to the ready list and makes the defer watcher pending. */
@@ -286,10 +297,10 @@ static void deliver_route(struct resolver_query *q)
 
 static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void)loop;
     (void)revents;
     struct resolver *r = container_of(w, struct resolver, defer);
     struct resolver_query *q;
+    ev_timer_stop(loop, w); /* (when it was started rather than fed) */
     /* Pop one at a time: a callback may cancel or start other queries. */
     while ((q = r->ready) != NULL) {
         CHECK_OBJ(q, RQUERY_MAGIC);
@@ -513,7 +524,7 @@ void resolver_free(struct resolver **rp)
     }
     ares_destroy(r->channel);
     ev_timer_stop(r->loop, &r->timeout);
-    ev_clear_pending(r->loop, &r->defer);
+    ev_timer_stop(r->loop, &r->defer); /* (also clears a fed, still pending event) */
     while (r->socks != NULL) {
         struct sockw *s = r->socks;
         r->socks = s->next;

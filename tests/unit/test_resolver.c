@@ -1059,6 +1059,34 @@ static void test_resolver_route_from_a_callback_answers_in_the_same_iteration(vo
     assert_v4(&a.r.addr, "10.1.2.3", 8080);
 }
 
+/* Made ready outside any loop callback (before ev_run, or between two), an answer does not wait
+ * for some other event to end the next poll: that iteration returns at once with it. */
+static void on_far_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    *(bool *)w->data = true;
+}
+
+static void test_resolver_route_outside_the_loop_answers_in_the_next_iteration(void **state)
+{
+    struct fx *f = *state;
+    ev_timer_stop(f->loop, &f->tick); /* the only other watcher: a timer far away */
+    bool far_fired = false;
+    ev_timer far;
+    ev_timer_init(&far, on_far_timer, 10., 0.);
+    far.data = &far_fired;
+    ev_timer_start(f->loop, &far);
+    struct route_res r = {0};
+    route(f, "10.1.2.3", true, 8080, NULL, false, &r);
+    ev_run(f->loop, EVRUN_ONCE);
+    ev_timer_stop(f->loop, &far);
+    ev_timer_start(f->loop, &f->tick);
+    assert_int_equal(r.fired, 1);
+    assert_false(far_fired); /* the iteration did not wait for it */
+    assert_v4(&r.addr, "10.1.2.3", 8080);
+}
+
 static void test_resolver_route_not_a_literal_einval_deferred(void **state)
 {
     struct fx *f = *state;
@@ -1309,6 +1337,7 @@ int main(void)
         FX(test_resolver_route_override_used_as_is_without_dns),
         FX(test_resolver_route_ip_literal_used_as_is_without_dns),
         FX(test_resolver_route_from_a_callback_answers_in_the_same_iteration),
+        FX(test_resolver_route_outside_the_loop_answers_in_the_next_iteration),
         FX(test_resolver_route_not_a_literal_einval_deferred),
         FX(test_resolver_route_private_answer_refused_eacces),
         FX(test_resolver_route_private_answer_allowed_with_allow_private),
