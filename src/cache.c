@@ -691,16 +691,12 @@ static int body_verifies(int fd, off_t off, uint64_t len, uint64_t want)
     XXH3_64bits_reset(&st);
     while (len > 0) {
         size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
-        ssize_t r = pread(fd, buf, n, off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return -EBADMSG;
-        XXH3_64bits_update(&st, buf, (size_t)r);
-        off += r;
-        len -= (uint64_t)r;
+        int rc = util_pread_exact(fd, buf, n, off);
+        if (rc < 0)
+            return rc == -ENODATA ? -EBADMSG : rc;
+        XXH3_64bits_update(&st, buf, n);
+        off += (off_t)n;
+        len -= n;
     }
     return XXH3_64bits_digest(&st) == want ? 0 : -EBADMSG;
 }

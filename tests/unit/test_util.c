@@ -139,10 +139,9 @@ static void test_util_addr_equal_compares_family_address_and_port_only(void **st
 static void test_util_pread_exact_reads_all_or_says_the_file_ended(void **state)
 {
     (void)state;
-    char path[] = "/tmp/cp_util_pread.XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    unlink(path);
+    FILE *tf = tmpfile(); /* (already unlinked) */
+    assert_non_null(tf);
+    int fd = fileno(tf);
     size_t len = 3 * UTIL_IO_STEP + 123;
     char *in = malloc(len), *out = malloc(len + 1);
     assert_non_null(in);
@@ -155,7 +154,7 @@ static void test_util_pread_exact_reads_all_or_says_the_file_ended(void **state)
     assert_int_equal(util_pread_exact(fd, out, len + 1, 0), -ENODATA);
     assert_int_equal(util_pread_exact(-1, out, 1, 0), -EBADF);
     assert_int_equal(util_pread_exact(fd, out, 0, (off_t)len + 5), 0);
-    close(fd);
+    fclose(tf);
     free(in);
     free(out);
 }
