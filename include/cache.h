@@ -95,6 +95,7 @@ struct chunk_waiter {
     struct chunk_waiter *next;
     struct chunk_waiter **pprev;
     chunk_wake_fn *cb;
+    uint64_t off; /* the byte of the chunk it waits for */
 };
 
 /* The cache; NULL with <err> when a cache dir is unusable or holds another chunk_size. */
@@ -240,8 +241,11 @@ struct chunk_bytes {
 };
 void cache_chunk_bytes(const struct chunk *ck, uint64_t off, struct chunk_bytes *out);
 
-/* Wake <w> once when <ck> changes (re-registering moves it). Never called back from inside. */
-void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb);
+/* Wake <w>, waiting for byte <off> of <ck>, once when <ck> changes (re-registering moves it).
+ * Never called back from inside. */
+void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb, uint64_t off);
+/* Whether a reader waits on <ck> for a byte in [<from>, <to>). */
+bool cache_chunk_waited_in(const struct chunk *ck, uint64_t from, uint64_t to);
 /* Stop waiting (safe when not waiting). */
 void cache_chunk_unwait(struct chunk_waiter *w);
 
@@ -283,13 +287,20 @@ void cache_chunk_set_filler(struct chunk *ck, void *fill);
  * X-Upstream-Status (lancache's $upstream_status). */
 int cache_chunk_origin_status(const struct chunk *ck);
 void cache_chunk_set_origin_status(struct chunk *ck, int status);
-/* Two-part fills: <ck> (FILLING, nothing committed) is filled from its start up to <off> and
- * from <off> to its end at once; the parts join when they meet. Undone by cache_chunk_unsplit()
- * (nothing of the second part committed yet), and by cache_chunk_set_meta() when <off> turns out
- * to lie past the chunk's end. */
+/*
+ * Fills in parts: <ck> (FILLING) is filled from <off> on by a fill of its own, at once with the
+ * part before <off>, which must then end there; parts join when one reaches the next. At most
+ * CACHE_SPLITS_MAX parts besides the one from the chunk's start. cache_chunk_split_at() only where
+ * cache_chunk_can_split_at() holds: <off> past the bytes committed from the start, within the
+ * chunk, not inside a part nor where one has reached, and a part left. Undone by
+ * cache_chunk_unsplit(ck, off) (nothing of that part committed yet; no-op when there is none), and
+ * by cache_chunk_set_meta() for a part that turns out to lie past the chunk's end.
+ */
+#define CACHE_SPLITS_MAX 3
+bool cache_chunk_can_split_at(const struct chunk *ck, uint64_t off);
 void cache_chunk_split_at(struct chunk *ck, uint64_t off);
-void cache_chunk_unsplit(struct chunk *ck);
-/* Whether <ck> is being filled in two parts that have not met yet. */
+void cache_chunk_unsplit(struct chunk *ck, uint64_t off);
+/* Whether <ck> is being filled in parts that have not all met yet. */
 bool cache_chunk_is_split(const struct chunk *ck);
 /* Sets the object's meta on a filling chunk (no memory yet): 0, -EINVAL when the chunk lies
  * beyond the object's end, -EFBIG for an object of too many chunks, or -ESTALE when the chunk's
@@ -301,7 +312,7 @@ int cache_chunk_reserve(struct chunk *ck);
 bool cache_chunk_is_reserved(const struct chunk *ck);
 void cache_mem_wait(struct cache *c, struct chunk_waiter *w, chunk_wake_fn *cb);
 /* Whether <len> bytes at offset <off> may be committed now: the chunk fills, its meta is known,
- * and <off> is the end of either part (len, without running into the tail, or tail_end). */
+ * and <off> is where one of its parts has reached (without running into the next part). */
 bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len);
 /* Commits them (cache_chunk_fits must hold; memory reserved); joins the parts when they meet. */
 void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t len);

@@ -83,7 +83,14 @@ void fetch_start(struct chunk **cks, size_t n, const struct origin_req *o);
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o);
 /*
  * A reader waits for byte <off> of <ck>, a chunk being filled: makes it come sooner when it can.
- * - Before the chunk's head part (fetch_start_at) is asked: it is asked now.
+ * - Before the chunk's head part (fetch_start_at) is asked: it is asked now; or, when <off> is
+ *   FETCH_TWO_PART_MIN or more into it and the chunk can take another part (CACHE_SPLITS_MAX),
+ *   only the piece from <off> to the head part's end is, and the rest stays held back.
+ * - <off> lies FETCH_TWO_PART_MIN or more past the next byte of a request not answered yet that
+ *   is to bring it: that request is cut at <off>, and a new one asks from <off> to its end now.
+ *   A request already out asked for more than it keeps: it is closed unanswered and asked again
+ *   for the bytes it keeps (never twice for one byte), and so only when no other reader waits
+ *   for one of those; not while it waits for a connection slot (the new one would wait too).
  * - Nothing of <ck> arrived yet and its run will not reach it for a while (while the run's
  *   bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they flow, any
  *   chunk after the first): the run is cut before <ck> and a new fetch starts at <ck> for the

@@ -74,7 +74,7 @@
     X(fetch_split, counter, NULL, NULL,                                                            \
       "runs cut so that a reader deep inside gets its own fetch")                                  \
     X(fetch_two_part, counter, NULL, NULL,                                                         \
-      "chunks filled in two parts for a reader starting deep inside")                              \
+      "chunk parts (besides the first) asked for readers starting deep inside")                    \
     X(fetch_peer, counter, NULL, NULL,                                                             \
       "cache fills asked of the cluster node that owns their chunks")                              \
     X(fetch_peer_fallback, counter, NULL, NULL,                                                    \

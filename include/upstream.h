@@ -98,5 +98,7 @@ void upstream_cancel(struct upstream **up);
 unsigned upstream_live(void);
 /* Its id, as its log lines show it ("up#<id>"). */
 unsigned upstream_id(const struct upstream *up);
+/* Whether <up> still waits for a connection slot of its origin (its request not written yet). */
+bool upstream_is_queued(const struct upstream *up);
 
 #endif

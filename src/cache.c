@@ -263,18 +263,21 @@ static void mem_notify(struct cache *c)
     notify_soon(c);
 }
 
-static void wake_list(struct chunk_waiter **head)
+/* Wakes every waiter of *<head> once. They are moved to *<waking> first, and each is unlinked
+ * from it as it is called: callbacks may wait again (they then join the live list, not this one),
+ * and the ones not called yet are still seen as waiting (cache_chunk_waited_in). */
+static void wake_list(struct chunk_waiter **head, struct chunk_waiter **waking)
 {
-    /* Detach first: callbacks may wait again (they then join the live list, not this one). */
-    struct chunk_waiter *list = *head;
+    ASSERT(*waking == NULL);
+    *waking = *head;
     *head = NULL;
-    if (list != NULL)
-        list->pprev = &list;
-    while (list != NULL) {
-        struct chunk_waiter *w = list;
-        list = w->next;
-        if (list != NULL)
-            list->pprev = &list;
+    if (*waking != NULL)
+        (*waking)->pprev = waking;
+    while (*waking != NULL) {
+        struct chunk_waiter *w = *waking;
+        *waking = w->next;
+        if (*waking != NULL)
+            (*waking)->pprev = waking;
         w->next = NULL;
         w->pprev = NULL;
         w->cb(w);
@@ -289,28 +292,42 @@ static void on_notify(struct ev_loop *loop, ev_timer *t, int revents)
     while (c->notify != NULL || c->mem_notify) {
         if (c->mem_notify) {
             c->mem_notify = false;
-            wake_list(&c->mem_waiters);
+            struct chunk_waiter *waking = NULL;
+            wake_list(&c->mem_waiters, &waking);
         }
         struct chunk *ck = c->notify;
         if (ck == NULL)
             continue;
         c->notify = ck->notify_next;
         ck->notify_pending = false;
-        wake_list(&ck->waiters);
+        wake_list(&ck->waiters, &ck->waking);
         cache_chunk_unref(&ck);
     }
 }
 
-void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb)
+void cache_chunk_wait(struct chunk *ck, struct chunk_waiter *w, chunk_wake_fn *cb, uint64_t off)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     cache_chunk_unwait(w); /* waiting again (e.g. driven by another event meanwhile) */
     w->cb = cb;
+    w->off = off;
     w->next = ck->waiters;
     if (w->next != NULL)
         w->next->pprev = &w->next;
     w->pprev = &ck->waiters;
     ck->waiters = w;
+}
+
+bool cache_chunk_waited_in(const struct chunk *ck, uint64_t from, uint64_t to)
+{
+    CHECK_OBJ(ck, CHUNK_MAGIC);
+    for (const struct chunk_waiter *w = ck->waiters; w != NULL; w = w->next)
+        if (w->off >= from && w->off < to)
+            return true;
+    for (const struct chunk_waiter *w = ck->waking; w != NULL; w = w->next)
+        if (w->off >= from && w->off < to)
+            return true;
+    return false;
 }
 
 void cache_chunk_unwait(struct chunk_waiter *w)
@@ -1216,8 +1233,8 @@ int cache_chunk_set_meta(struct chunk *ck, const struct cache_meta *m)
     cache_chunk_take_meta(ck, m, cache_objver_set(c, ck->obj, m, ck->refetch_id));
     uint64_t off;
     range_chunk_span(ck->index, c->chunk_size, m->total, &off, &ck->cap);
-    if (ck->tail_off >= ck->cap)
-        ck->tail_off = ck->tail_end = 0; /* its reader starts past the end: one part after all */
+    while (ck->n_parts > 0 && ck->part_off[ck->n_parts - 1] >= ck->cap)
+        ck->n_parts--; /* its reader starts past the end: one part fewer after all */
     ck->meta_known = true;
     chunk_notify(ck);
     return 0;
@@ -1326,13 +1343,34 @@ size_t cache_chunk_span(struct cache *c, const char *key, size_t key_len, uint64
     return n;
 }
 
+/* The part of <ck> whose committed bytes end at <off>: 0 for the one from its start, i + 1 for
+ * part_off[i]'s; -1 when none does. */
+static int part_ending_at(const struct chunk *ck, uint64_t off)
+{
+    if (off == ck->len)
+        return 0;
+    for (unsigned i = 0; i < ck->n_parts; i++)
+        if (ck->part_end[i] == off)
+            return (int)i + 1;
+    return -1;
+}
+
 bool cache_chunk_fits(const struct chunk *ck, uint64_t off, size_t len)
 {
     if (ck->state != CHUNK_S_FILLING || !ck->meta_known || off + len > ck->cap)
         return false;
-    if (off == ck->len)
-        return ck->tail_off == 0 || off + len <= ck->tail_off;
-    return ck->tail_off != 0 && off == ck->tail_end;
+    int p = part_ending_at(ck, off);
+    if (p < 0)
+        return false;
+    uint64_t limit = (unsigned)p < ck->n_parts ? ck->part_off[p] : ck->cap; /* the next part */
+    return off + len <= limit;
+}
+
+static void part_remove(struct chunk *ck, unsigned i)
+{
+    memmove(&ck->part_off[i], &ck->part_off[i + 1], (ck->n_parts - i - 1) * sizeof(uint64_t));
+    memmove(&ck->part_end[i], &ck->part_end[i + 1], (ck->n_parts - i - 1) * sizeof(uint64_t));
+    ck->n_parts--;
 }
 
 struct chunk *cache_chunk_claim(struct cache *c, const char *key, size_t key_len, uint64_t index,
@@ -1361,13 +1399,18 @@ void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t
     ASSERT(cache_chunk_fits(ck, off, len) && ck->mem_block.data != NULL);
     chunkmem_prepare(ck->cache->mem, &ck->mem_block, off, len);
     memcpy(ck->mem_block.data + off, data, len);
-    if (off == ck->len)
+    int p = part_ending_at(ck, off);
+    if (p == 0)
         ck->len += len;
     else
-        ck->tail_end += len;
-    if (ck->tail_off != 0 && ck->len == ck->tail_off) {
-        ck->len = ck->tail_end; /* the two parts meet */
-        ck->tail_off = ck->tail_end = 0;
+        ck->part_end[p - 1] += len;
+    /* Parts that meet join. */
+    if (ck->n_parts > 0 && ck->len == ck->part_off[0]) {
+        ck->len = ck->part_end[0];
+        part_remove(ck, 0);
+    } else if (p > 0 && (unsigned)p < ck->n_parts && ck->part_end[p - 1] == ck->part_off[p]) {
+        ck->part_end[p - 1] = ck->part_end[p];
+        part_remove(ck, (unsigned)p);
     }
     chunk_notify(ck);
 }
@@ -1376,8 +1419,9 @@ uint64_t cache_chunk_avail(const struct chunk *ck, uint64_t off)
 {
     if (off < ck->len)
         return ck->len - off;
-    if (ck->tail_off != 0 && off >= ck->tail_off && off < ck->tail_end)
-        return ck->tail_end - off;
+    for (unsigned i = 0; i < ck->n_parts; i++)
+        if (off >= ck->part_off[i] && off < ck->part_end[i])
+            return ck->part_end[i] - off;
     return 0;
 }
 
@@ -1592,24 +1636,46 @@ void cache_chunk_set_origin_status(struct chunk *ck, int status)
     ck->origin_status = status;
 }
 
-void cache_chunk_split_at(struct chunk *ck, uint64_t off)
+bool cache_chunk_can_split_at(const struct chunk *ck, uint64_t off)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    ASSERT(ck->state == CHUNK_S_FILLING && ck->len == 0 && off > 0);
-    ck->tail_off = ck->tail_end = off;
+    if (ck->state != CHUNK_S_FILLING || ck->n_parts == CACHE_SPLITS_MAX || off <= ck->len ||
+        (ck->meta_known && off >= ck->cap))
+        return false;
+    for (unsigned i = 0; i < ck->n_parts; i++)
+        if (off >= ck->part_off[i] && off <= ck->part_end[i])
+            return false; /* inside a part, or where one reached (it goes on there) */
+    return true;
 }
 
-void cache_chunk_unsplit(struct chunk *ck)
+void cache_chunk_split_at(struct chunk *ck, uint64_t off)
+{
+    ASSERT(cache_chunk_can_split_at(ck, off));
+    unsigned i = 0;
+    while (i < ck->n_parts && ck->part_off[i] < off)
+        i++;
+    memmove(&ck->part_off[i + 1], &ck->part_off[i], (ck->n_parts - i) * sizeof(uint64_t));
+    memmove(&ck->part_end[i + 1], &ck->part_end[i], (ck->n_parts - i) * sizeof(uint64_t));
+    ck->part_off[i] = ck->part_end[i] = off;
+    ck->n_parts++;
+}
+
+void cache_chunk_unsplit(struct chunk *ck, uint64_t off)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    ASSERT(ck->tail_end == ck->tail_off);
-    ck->tail_off = ck->tail_end = 0;
+    for (unsigned i = 0; i < ck->n_parts; i++) {
+        if (ck->part_off[i] == off) {
+            ASSERT(ck->part_end[i] == off); /* nothing of it committed */
+            part_remove(ck, i);
+            return;
+        }
+    }
 }
 
 bool cache_chunk_is_split(const struct chunk *ck)
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
-    return ck->tail_off != 0;
+    return ck->n_parts != 0;
 }
 
 bool cache_chunk_is_reserved(const struct chunk *ck)

@@ -104,12 +104,14 @@ struct chunk {
     struct cache_meta meta;
     uint64_t cap; /* this chunk's length (the last chunk is shorter) */
     uint64_t len; /* bytes committed from its start (== cap once sealed) */
-    /* A chunk whose first reader starts deep inside it is filled in two parts at once (see
-     * the filler's two-part fills): [0, tail_off) from its start and [tail_off, cap) from the
-     * reader's offset. Bytes [tail_off, tail_end) are committed too; when len reaches tail_off the
-     * parts join (len = tail_end, tail_off = tail_end = 0). tail_off == 0: one part. Set by the
-     * filler through cache_chunk_split_at()/cache_chunk_unsplit(). */
-    uint64_t tail_off, tail_end;
+    /* A chunk whose readers start deep inside it is filled in parts at once (see the filler's
+     * two-part fills): [0, part_off[0]) from its start, and part i from part_off[i] on, for the
+     * reader who starts there. Bytes [part_off[i], part_end[i]) are committed too; parts join when
+     * one reaches the next (len reaching part_off[0]: len = part_end[0]). Ascending, disjoint,
+     * never touching; n_parts == 0: one part. Set by the filler through cache_chunk_split_at()
+     * and cache_chunk_unsplit(). */
+    uint64_t part_off[CACHE_SPLITS_MAX], part_end[CACHE_SPLITS_MAX];
+    unsigned n_parts;
     struct chunkmem_block mem_block; /* owns: memory chunk bytes (data NULL for a disk chunk) */
     int fd;                          /* owns: disk chunk file, -1 for a memory chunk */
     off_t body_off;                  /* where the body starts in fd */
@@ -126,6 +128,7 @@ struct chunk {
     bool notify_pending;
     struct chunk *notify_next;
     struct chunk_waiter *waiters;
+    struct chunk_waiter *waking; /* those being woken now (wake_list), still waiting for it */
     void *filler; /* borrows, while FILLING: the filler's handle (cache_chunk_set_filler) */
     bool loading; /* FILLING while the I/O pool looks it up on disk */
     struct origin_req *origin; /* owns, while loading: where to fetch it on a disk miss */

@@ -166,7 +166,7 @@ static void on_chunk_wake(struct chunk_waiter *w)
 static void wait_chunk(struct conn *c, uint64_t off)
 {
     fetch_want(c->ck, off);
-    cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake);
+    cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake, off);
 }
 
 /* Takes a ref on chunk <index>, to be read from its byte <off> (starting a fetch on a miss,

@@ -31,11 +31,13 @@
  * reader's offset on (the chunk's filler, cache_chunk_filler) and one of its own for the bytes
  * before it (holding only a ref). The run's fetch holds that head part (head_ck) until its own
  * answer comes, so that the origin sees the request the reader waits for first; it is asked then,
- * or sooner for a reader who wants its bytes (release_head_part, fetch_want). Each commits at the
- * end of its part (cache_chunk_commit), the parts join when they meet, and whichever completes the
- * chunk seals it. A part that fails fails the chunk; the other part's fetch then reads its bytes
- * away. The two answers must be the same version (cache_chunk_set_meta refuses another), so a chunk
- * never holds bytes of two versions.
+ * or sooner for a reader who wants its bytes (release_head_part, fetch_want), or only its piece
+ * from a reader deep inside it (ask_head_piece). A reader deep inside what a request not answered
+ * yet is to bring cuts it (cut_unanswered). So a chunk may be filled by up to CACHE_SPLITS_MAX + 1
+ * fetches, each of one part. Each commits at the end of its part (cache_chunk_commit), parts join
+ * when they meet, and whichever completes the chunk seals it. A part that fails fails the chunk;
+ * the other parts' fetches then read their bytes away. All answers must be the same version
+ * (cache_chunk_set_meta refuses another), so a chunk never holds bytes of two versions.
  *
  * One origin request per uncacheable answer: what a fill's request brings that cannot be cached
  * (a 404, a 5xx, a redirect not followed, a 200 of unknown length...) is read into an answer
@@ -621,7 +623,7 @@ static void note_past_end(struct fetch *f, const char *buf, const struct h1_resp
         return;
     f->past_end = true;
     if (cache_chunk_state(ck) == CHUNK_S_FILLING && cache_chunk_meta(ck) == NULL)
-        cache_chunk_unsplit(ck); /* the other part fills it to its end */
+        cache_chunk_unsplit(ck, f->pos - start); /* the part before fills it to its end */
 }
 
 /*
@@ -837,8 +839,8 @@ static void sink_head(void *arg, const char *buf, const struct h1_resp *resp)
         if (hk != NULL) {
             /* A two-part chunk whose head part is not asked yet: this answer brings all of it. */
             f->head_ck = NULL;
-            if (cache_chunk_state(hk) == CHUNK_S_FILLING && cache_chunk_is_split(hk))
-                cache_chunk_unsplit(hk);
+            if (cache_chunk_state(hk) == CHUNK_S_FILLING)
+                cache_chunk_unsplit(hk, f->pos - chunk_start(hk));
             cache_chunk_unref(&hk);
         }
         start_answer(f, buf, resp, FETCH_S_BUFFER);
@@ -1534,6 +1536,29 @@ static void release_head_part(struct fetch *g)
     fetch_go_like(h, g);
 }
 
+/*
+ * A reader waits for byte <off> of <g>'s two-part chunk, deep inside the head part g holds back:
+ * the head part is cut there, [off, head_off) asked now for it (a request of its own, as a first
+ * reader's part; otherwise it would wait for every byte before its own to stream by), and
+ * [0, off) still held back as the head part (released as before).
+ */
+static void ask_head_piece(struct fetch *g, uint64_t off)
+{
+    struct chunk *ck = g->head_ck;
+    uint64_t start = chunk_start(ck);
+    struct fetch *h = fetch_sibling(g);
+    h->cks[0] = cache_chunk_ref(ck);
+    h->n = 1;
+    h->pos = h->first = start + off;
+    h->last = start + g->head_off - 1;
+    h->next_index = cache_chunk_index(ck) + 1;
+    h->hops = g->hops - (g->location != NULL ? 1 : 0);
+    cache_chunk_split_at(ck, off);
+    g->head_off = off;
+    g_stats.fetch_two_part++;
+    fetch_go_like(h, g);
+}
+
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
 {
     if (!two_part(ck, off) || origin_ignores_ranges(o->authority)) {
@@ -1566,6 +1591,73 @@ static void fetch_route(struct fetch *f, bool host_is_ip)
                            on_routed, f);
 }
 
+/*
+ * The fetch that is to bring byte <off> of <ck> as the next bytes of its current chunk, and is
+ * not answered yet (routing, or waiting for the answer's head), or NULL.
+ */
+static struct fetch *unanswered_fill_of(struct chunk *ck, uint64_t off)
+{
+    uint64_t at = chunk_start(ck) + off;
+    for (struct fetch *f = fetches; f != NULL; f = f->next)
+        if (f->cur < f->n && f->cks[f->cur] == ck && f->pos <= at && at <= f->last &&
+            (f->state == FETCH_S_RESOLVE || f->state == FETCH_S_WAIT_HEAD))
+            return f;
+    return NULL;
+}
+
+/*
+ * A reader waits for byte <off> of <ck>, deep inside what <f> is to bring of it (FETCH_TWO_PART_MIN
+ * or more past f's next byte), before f is answered: it would wait for the rest of f's first-byte
+ * delay and then for every byte before its own, where a request of its own costs one delay. So f
+ * is cut there: f keeps [its next byte, off), and a new fetch asks [off, f's end] now, with the
+ * rest of f's run; <ck> gets a part from <off> (cache_chunk_split_at). Every byte is still asked
+ * once: f's request, when it is out already, asked for more than f keeps, so it is asked again
+ * for f's part alone (on a connection of its own: the first is closed unanswered), and that only
+ * when no other reader waits for a byte of that part (it would wait one more origin round trip).
+ * No cut while f waits for a connection slot (the new request would wait behind it), nor while
+ * the cluster node f asks is down (f's own fallback moves it). Returns whether it cut.
+ */
+static bool cut_unanswered(struct fetch *f, struct chunk *ck, uint64_t off)
+{
+    uint64_t start = chunk_start(ck);
+    if (start + off < f->pos + FETCH_TWO_PART_MIN || origin_ignores_ranges(f->authority) ||
+        (f->peer >= 0 && (peers_live() & (1u << f->peer)) == 0))
+        return false;
+    bool asked = f->state == FETCH_S_WAIT_HEAD;
+    if (asked && (f->up == NULL || upstream_is_queued(f->up) ||
+                  cache_chunk_waited_in(ck, f->pos - start, off)))
+        return false;
+    size_t k = f->cur;
+    struct fetch *g = fetch_sibling(f);
+    g->hops = f->hops;
+    g->cks[0] = cache_chunk_ref(ck); /* f keeps its own ref: it fills the part before */
+    /* The chunk's filler is the fetch that holds its head part back, if any (fetch_want finds
+     * the head part through it): f keeps it then. */
+    if (cache_chunk_filler(ck) == f && f->head_ck != ck)
+        cache_chunk_set_filler(ck, g);
+    for (size_t i = k + 1; i < f->n; i++) {
+        g->cks[i - k] = f->cks[i];
+        cache_chunk_set_filler(f->cks[i], g);
+        f->cks[i] = NULL;
+    }
+    g->n = f->n - k;
+    f->n = k + 1;
+    g->pos = g->first = start + off;
+    g->last = f->last;
+    g->next_index = f->next_index;
+    f->last = start + off - 1;
+    f->next_index = cache_chunk_index(ck) + 1;
+    cache_chunk_split_at(ck, off);
+    g_stats.fetch_split++;
+    if (asked) { /* (nothing of its answer was taken: asked again, the same way) */
+        upstream_cancel(&f->up);
+        fetch_connect(f);
+    }
+    /* (g outlives the call, as in fetch_split) */
+    fetch_go_like(g, f);
+    return true;
+}
+
 static bool fetch_split(struct chunk *ck, uint64_t off)
 {
     struct fetch *f = cache_chunk_filler(ck);
@@ -1578,14 +1670,18 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     size_t k = f->cur;
     while (k < f->n && f->cks[k] != ck)
         k++;
+    if (k >= f->n)
+        return false; /* not in this run */
+    if (f->state == FETCH_S_MEMORY)
+        return false; /* waiting for memory: a new request could only wait for it too */
     /* Before the run's bytes flow, a chunk behind the first waits the rest of the first-byte
      * delay plus the transfer of every chunk before it: a request of its own costs one delay at
      * most. Once they flow, the fill reaches the next chunk or two within a chunk's transfer. */
     size_t gap = f->flowing ? FETCH_SPLIT_GAP : 1;
-    if (k >= f->n || k < f->cur + gap)
-        return false; /* not in this run, or the fill reaches it soon enough */
-    if (f->state == FETCH_S_MEMORY)
-        return false; /* waiting for memory: a new request could only wait for it too */
+    if (k < f->cur + gap)
+        return false; /* the fill reaches it soon enough (see cut_unanswered for its first) */
+    bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
+                                     off >= cache_chunk_cap(ck)); /* (not past the end) */
     struct fetch *g = fetch_sibling(f);
     for (size_t i = k; i < f->n; i++) {
         g->cks[i - k] = f->cks[i];
@@ -1594,8 +1690,6 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     }
     g->n = f->n - k;
     f->n = k; /* the old request's answer is cut there: see sink_body */
-    bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
-                                     off >= cache_chunk_cap(ck)); /* (not past the end) */
     g->pos = g->first = chunk_start(ck) + (tp ? off : 0);
     g->last = f->last;
     g->next_index = f->next_index;
@@ -1685,17 +1779,30 @@ void fetch_ahead(struct cache *cache, const char *key, size_t key_len, const uin
 
 bool fetch_want(struct chunk *ck, uint64_t off)
 {
-    struct fetch *f = cache_chunk_filler(ck);
-    if (f == NULL || cache_chunk_state(ck) != CHUNK_S_FILLING)
+    if (cache_chunk_state(ck) != CHUNK_S_FILLING)
         return false;
-    CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->head_ck == ck && off < f->head_off) {
-        if ((f->state == FETCH_S_DRAIN_PASS && !f->past_end) || f->state == FETCH_S_BUFFER)
-            return false; /* its answer fails (or fills) the chunk once read: nothing to ask */
-        release_head_part(f);
-        return true;
+    struct fetch *f = cache_chunk_filler(ck);
+    if (f != NULL) {
+        CHECK_OBJ(f, FETCH_MAGIC);
+        if (f->head_ck == ck && off < f->head_off) {
+            if ((f->state == FETCH_S_DRAIN_PASS && !f->past_end) || f->state == FETCH_S_BUFFER)
+                return false; /* its answer fails (or fills) the chunk once read: nothing to ask */
+            if (two_part(ck, off) && cache_chunk_can_split_at(ck, off) &&
+                !origin_ignores_ranges(f->authority))
+                ask_head_piece(f, off);
+            else
+                release_head_part(f);
+            return true;
+        }
     }
-    if (cache_chunk_len(ck) == 0 && !cache_chunk_is_split(ck))
+    /* (cheap checks first: a reader streaming behind a fill waits where a part has reached) */
+    if (off >= FETCH_TWO_PART_MIN && cache_chunk_avail(ck, off) == 0 &&
+        cache_chunk_can_split_at(ck, off)) {
+        struct fetch *p = unanswered_fill_of(ck, off);
+        if (p != NULL && cut_unanswered(p, ck, off))
+            return true;
+    }
+    if (f != NULL && cache_chunk_len(ck) == 0 && !cache_chunk_is_split(ck))
         return fetch_split(ck, off);
     return false;
 }

@@ -121,6 +121,11 @@ unsigned upstream_id(const struct upstream *up)
     return up->id;
 }
 
+bool upstream_is_queued(const struct upstream *up)
+{
+    return up->state == UP_S_WAIT_SLOT;
+}
+
 static void up_set_state(struct upstream *up, enum up_state st)
 {
     log_debug("up#%u %s: %s -> %s", up->id, up->origin ? upool_origin_name(up->origin) : "-",

@@ -349,14 +349,14 @@ static void test_a_second_reader_joins_the_fill_and_is_woken_by_its_bytes(void *
     assert_ptr_equal(ck, ck2);
     assert_int_equal(g_stats.cache_coalesced, 1);
     struct reader r = {0};
-    cache_chunk_wait(ck2, &r.w, on_reader_wake);
+    cache_chunk_wait(ck2, &r.w, on_reader_wake, 0);
     assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
     assert_int_equal(r.woken, 0); /* never from inside the call that changed it */
     RUN_UNTIL(f, r.woken == 1);
     assert_int_equal(cache_chunk_reserve(ck), 0);
     char half[CS / 2];
     memset(half, 'x', sizeof(half));
-    cache_chunk_wait(ck2, &r.w, on_reader_wake);
+    cache_chunk_wait(ck2, &r.w, on_reader_wake, 0);
     cache_chunk_commit(ck, 0, half, sizeof(half));
     RUN_UNTIL(f, r.woken == 2);
     assert_int_equal(cache_chunk_avail(ck2, 0), CS / 2);
@@ -448,7 +448,7 @@ static void test_many_readers_share_one_disk_lookup(void **state)
         assert_ptr_equal(cks[i], cks[0]);
     }
     struct reader r = {0};
-    cache_chunk_wait(cks[2], &r.w, on_reader_wake);
+    cache_chunk_wait(cks[2], &r.w, on_reader_wake, 0);
     RUN_UNTIL(f, cache_chunk_state(cks[0]) == CHUNK_S_SEALED && r.woken == 1);
     assert_false(cache_chunk_is_loading(cks[0]));
     assert_false(cache_chunk_is_miss(cks[0]));
@@ -629,6 +629,117 @@ static void test_a_file_of_another_version_than_the_objects_is_a_miss(void **sta
     RUN_UNTIL(f, f->ff.n == 1);
     assert_ptr_equal(f->ff.misses[0].ck, ck);
     assert_int_equal(g_stats.cache_disk_hits, 0);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_chunk_filled_in_four_parts_joins_them_in_any_order(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    const uint64_t q = CS / 4;
+    /* Split where readers start: the deepest first, then two before it (as readers arrive). */
+    cache_chunk_split_at(ck, 3 * q);
+    assert_false(cache_chunk_can_split_at(ck, 3 * q)); /* a part starts there */
+    cache_chunk_split_at(ck, q);
+    cache_chunk_split_at(ck, 2 * q);
+    assert_false(cache_chunk_can_split_at(ck, q / 2)); /* CACHE_SPLITS_MAX */
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char buf[CS];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (char)(i * 7);
+    /* Each part takes bytes where it has reached, and never runs into the next. */
+    assert_false(cache_chunk_fits(ck, 0, q + 1));
+    assert_false(cache_chunk_fits(ck, q, q + 1));
+    assert_false(cache_chunk_fits(ck, q + 1, 1)); /* nobody has reached there */
+    cache_chunk_commit(ck, 2 * q, buf + 2 * q, 10);
+    assert_false(cache_chunk_fits(ck, 2 * q, 1)); /* committed already */
+    assert_true(cache_chunk_fits(ck, 2 * q + 10, q - 10));
+    assert_false(cache_chunk_can_split_at(ck, 2 * q + 5));  /* inside a part */
+    assert_false(cache_chunk_can_split_at(ck, 2 * q + 10)); /* where one has reached */
+    cache_chunk_commit(ck, 3 * q, buf + 3 * q, q);          /* the last part, whole */
+    assert_int_equal(cache_chunk_avail(ck, 3 * q + 1), q - 1);
+    assert_int_equal(cache_chunk_avail(ck, 2 * q), 10);
+    assert_int_equal(cache_chunk_avail(ck, 2 * q + 10), 0);
+    cache_chunk_commit(ck, 2 * q + 10, buf + 2 * q + 10, q - 10); /* meets the last one */
+    assert_int_equal(cache_chunk_avail(ck, 2 * q), 2 * q);
+    assert_true(cache_chunk_is_split(ck));
+    cache_chunk_commit(ck, q, buf + q, q); /* meets it too: one part from q on */
+    assert_int_equal(cache_chunk_avail(ck, q), 3 * q);
+    assert_int_equal(cache_chunk_len(ck), 0);
+    cache_chunk_commit(ck, 0, buf, q); /* and the first */
+    assert_false(cache_chunk_is_split(ck));
+    assert_int_equal(cache_chunk_len(ck), CS);
+    struct chunk_bytes b;
+    cache_chunk_bytes(ck, 0, &b);
+    assert_memory_equal(b.data, buf, CS);
+    cache_chunk_seal(ck);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_a_part_past_the_end_or_never_filled_is_undone(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    /* The object ends inside the chunk, before its last split point. */
+    struct cache_meta m = meta_of(CS / 2, "\"v1\"");
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    cache_chunk_split_at(ck, CS / 4);
+    cache_chunk_split_at(ck, 3 * CS / 4);
+    cache_chunk_unsplit(ck, CS / 8); /* none there: nothing */
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+    assert_int_equal(cache_chunk_cap(ck), CS / 2);
+    assert_false(cache_chunk_can_split_at(ck, CS / 2)); /* past the end */
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    char buf[CS / 2];
+    memset(buf, 'p', sizeof(buf));
+    /* The part at CS / 4 runs to the end now: the one past the end was dropped. */
+    assert_true(cache_chunk_fits(ck, CS / 4, CS / 4));
+    cache_chunk_unsplit(ck, CS / 4); /* (say its fill was answered 416) */
+    assert_false(cache_chunk_is_split(ck));
+    assert_true(cache_chunk_fits(ck, 0, CS / 2));
+    cache_chunk_commit(ck, 0, buf, CS / 2);
+    cache_chunk_seal(ck);
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_SEALED);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+}
+
+static void test_parts_past_the_end_are_all_dropped_and_waiters_are_told_apart(void **state)
+{
+    struct fx *f = *state;
+    struct chunk *ck = NULL;
+    struct cache_meta m = meta_of(CS / 3, "\"v1\"");
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, true, &ck), CACHE_MISS);
+    cache_chunk_split_at(ck, CS / 4);
+    cache_chunk_split_at(ck, CS / 2);
+    cache_chunk_split_at(ck, 3 * CS / 4);
+    /* Readers wait for bytes 10 and CS / 2: told apart by where they wait. */
+    struct reader r1 = {0}, r2 = {0};
+    cache_chunk_wait(ck, &r1.w, on_reader_wake, 10);
+    cache_chunk_wait(ck, &r2.w, on_reader_wake, CS / 2);
+    assert_true(cache_chunk_waited_in(ck, 0, 11));
+    assert_false(cache_chunk_waited_in(ck, 0, 10));
+    assert_false(cache_chunk_waited_in(ck, 11, CS / 2));
+    assert_true(cache_chunk_waited_in(ck, 11, CS / 2 + 1));
+    cache_chunk_unwait(&r1.w);
+    assert_false(cache_chunk_waited_in(ck, 0, CS / 4));
+    assert_int_equal(cache_chunk_set_meta(ck, &m), 0); /* ends before the last two parts */
+    assert_int_equal(cache_chunk_cap(ck), CS / 3);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    assert_true(cache_chunk_fits(ck, CS / 4, CS / 3 - CS / 4)); /* to the end: the rest dropped */
+    char buf[CS / 3];
+    memset(buf, 'e', sizeof(buf));
+    cache_chunk_commit(ck, CS / 4, buf + CS / 4, CS / 3 - CS / 4);
+    cache_chunk_commit(ck, 0, buf, CS / 4);
+    assert_false(cache_chunk_is_split(ck));
+    assert_int_equal(cache_chunk_len(ck), CS / 3);
+    cache_chunk_seal(ck);
+    cache_chunk_unwait(&r2.w);
     cache_chunk_unref(&ck);
     wait_stores(f);
 }
@@ -1077,6 +1188,9 @@ int main(void)
         T(test_a_fill_waits_for_memory_until_a_reader_lets_go),
         T(test_a_fill_of_a_new_version_replaces_the_old_ones_chunks),
         T(test_a_file_of_another_version_than_the_objects_is_a_miss),
+        T(test_a_chunk_filled_in_four_parts_joins_them_in_any_order),
+        T(test_a_part_past_the_end_or_never_filled_is_undone),
+        T(test_parts_past_the_end_are_all_dropped_and_waiters_are_told_apart),
         T(test_set_meta_refuses_a_second_part_of_another_version),
         T(test_a_purge_wins_over_stores_still_pending),
         T(test_readers_of_a_purged_chunk_keep_it),

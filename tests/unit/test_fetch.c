@@ -702,6 +702,153 @@ static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **s
     assert_true(split_asked); /* (the run's own answer is cut before chunk 3) */
 }
 
+/* A request a reader deep inside the first chunk of a run made for it from <off>. */
+static bool asked_from(struct fx *f, uint64_t a, uint64_t b)
+{
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    for (int i = 0; i < n; i++)
+        if (reqs[i].a == a && reqs[i].b == b)
+            return true;
+    return false;
+}
+
+static void test_a_reader_deep_in_a_run_s_first_chunk_gets_its_own_request(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    assert_int_equal(fetch_live(), 5);
+    enum cache_lookup r;
+    uint64_t off = CS / 2;
+    struct chunk *ck4 = read_chunk(f, 4, off, &o, &r);
+    assert_int_equal(r, CACHE_JOINED);
+    /* Chunk 4 is the first of run 4-6, not answered yet: the reader would wait for its first
+     * byte and then for the CS / 2 bytes before its own. */
+    assert_true(fetch_want(ck4, off));
+    assert_int_equal(g_stats.fetch_split, 1);
+    assert_true(cache_chunk_is_split(ck4));
+    assert_int_equal(fetch_live(), 6);
+    assert_false(fetch_want(ck4, off)); /* once */
+    RUN_UNTIL(f, fetch_live() == 0);
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck4);
+    assert_object_cached(f, total);
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), 6);
+    assert_true(asked_from(f, 4 * CS + off, 7 * CS - 1)); /* its own, to the run's end */
+    /* The run was not routed yet: its request asks the head part alone. */
+    assert_true(asked_from(f, 4 * CS, 4 * CS + off - 1));
+}
+
+static void on_wake_nothing(struct chunk_waiter *w)
+{
+    (void)w;
+}
+
+static void test_a_run_s_first_chunk_is_cut_while_its_request_waits_for_the_answer(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false);
+    struct req_rec reqs[MAX_REQS];
+    RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 5); /* asked, never answered */
+    struct chunk *ck4 = read_chunk(f, 4, CS - 1, &o, NULL);
+    /* Not deep enough to be worth a request of its own: it waits for the run. */
+    assert_false(fetch_want(ck4, FETCH_TWO_PART_MIN - 1));
+    /* Another reader waits for byte 100: the run's request, out already, is its. Asking it
+     * again for less would make that reader wait one more round trip: no cut. */
+    struct chunk_waiter w = {0};
+    cache_chunk_wait(ck4, &w, on_wake_nothing, 100);
+    assert_false(fetch_want(ck4, CS - 1));
+    cache_chunk_unwait(&w);
+    assert_int_equal(fetch_live(), 5);
+    assert_true(fetch_want(ck4, CS - 1));
+    assert_int_equal(fetch_live(), 6);
+    /* The new part's request, and the run's again for the bytes it keeps: every byte asked once
+     * (the first request of the run is closed unanswered). */
+    RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 7);
+    assert_true(asked_from(f, 5 * CS - 1, 7 * CS - 1));
+    assert_true(asked_from(f, 4 * CS, 5 * CS - 2));
+    fetch_cancel_all();
+    assert_int_equal(cache_chunk_state(ck4), CHUNK_S_FAILED);
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck4);
+}
+
+static void test_the_head_part_is_still_asked_after_its_holder_was_cut(void **state)
+{
+    struct fx *f = *state;
+    srv_script(&f->srv, SCRIPT_RANGES, CS);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    const uint64_t q = CS / 4;
+    struct chunk *ck = read_chunk(f, 0, q, &o, NULL); /* [q, CS); the head part [0, q) held */
+    assert_true(fetch_want(ck, q + 100 * 1024));      /* not routed yet: cut */
+    assert_int_equal(fetch_live(), 2);
+    /* The fetch cut still holds the head part: a reader before q has it asked at once. */
+    assert_true(fetch_want(ck, 10));
+    assert_int_equal(fetch_live(), 3);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, CS);
+    cache_chunk_unref(&ck);
+    RUN_UNTIL(f, fetch_live() == 0);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 3);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    const uint64_t from[] = {0, q, q + 100 * 1024}, to[] = {q - 1, q + 100 * 1024 - 1, CS - 1};
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(reqs[i].a, from[i]);
+        assert_int_equal(reqs[i].b, to[i]);
+    }
+}
+
+static struct chunk *wake_ck;
+static int wake_cuts;
+
+/* A reader deep in the chunk, as conn_cache.c's wait_chunk: asks, then waits again. */
+static void on_wake_deep(struct chunk_waiter *w)
+{
+    if (fetch_want(wake_ck, CS - 1))
+        wake_cuts++;
+    cache_chunk_wait(wake_ck, w, on_wake_deep, CS - 1);
+}
+
+static void test_a_reader_being_woken_still_counts_as_waiting(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false);
+    struct req_rec reqs[MAX_REQS];
+    RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 5);
+    struct chunk *ck4 = read_chunk(f, 4, 100, &o, NULL);
+    wake_ck = ck4;
+    wake_cuts = 0;
+    struct chunk_waiter a = {0}, b = {0};
+    cache_chunk_wait(ck4, &a, on_wake_nothing, 100); /* waits inside the run's request */
+    assert_false(fetch_want(ck4, CS - 1));
+    cache_chunk_wait(ck4, &b, on_wake_deep, CS - 1);
+    /* Both are woken (any change of the chunk), the deep one first: the other, not called back
+     * yet, still waits for the run's request, which must not be asked again. */
+    cache_chunk_poke(ck4);
+    RUN_UNTIL(f, a.pprev == NULL);
+    assert_int_equal(wake_cuts, 0);
+    assert_int_equal(fetch_live(), 5);
+    cache_chunk_unwait(&b);
+    fetch_cancel_all();
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck4);
+}
+
 static void test_a_reader_deep_in_a_chunk_gets_a_two_part_fill(void **state)
 {
     struct fx *f = *state;
@@ -741,6 +888,107 @@ static void test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once(voi
     cache_chunk_unref(&ck);
     struct req_rec reqs[MAX_REQS];
     assert_int_equal(srv_requests(&f->srv, reqs), 2);
+}
+
+static void test_a_reader_deep_in_a_held_head_part_gets_a_part_of_its_own(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    const uint64_t q = CS / 4;
+    struct chunk *ck = read_chunk(f, 0, 3 * q, &o, NULL);
+    assert_int_equal(fetch_live(), 1); /* [3q, CS); the head part [0, 3q) is held back */
+    /* A reader at q would wait for [0, q) to stream by: [q, 3q) is asked for it now, [0, q)
+     * still held back. */
+    assert_true(fetch_want(ck, q));
+    assert_int_equal(fetch_live(), 2);
+    assert_int_equal(g_stats.fetch_two_part, 2);
+    assert_false(fetch_want(ck, q + q / 2)); /* near the start of a part asked: it waits */
+    assert_int_equal(fetch_live(), 2);
+    assert_true(fetch_want(ck, 10)); /* not deep: the rest of the head part, [0, q) */
+    assert_int_equal(fetch_live(), 3);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    RUN_UNTIL(f, fetch_live() == 0);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 3);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    const uint64_t from[] = {0, q, 3 * q}, to[] = {q - 1, 3 * q - 1, CS - 1};
+    for (int i = 0; i < n; i++) { /* every byte asked once */
+        assert_int_equal(reqs[i].a, from[i]);
+        assert_int_equal(reqs[i].b, to[i]);
+    }
+}
+
+static void test_a_reader_deep_in_a_head_part_asked_but_not_answered_gets_its_own_part(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    const uint64_t q = CS / 4;
+    struct chunk *ck = read_chunk(f, 0, 3 * q, &o, NULL);
+    assert_true(fetch_want(ck, 10)); /* the head part [0, 3q) is asked */
+    assert_int_equal(fetch_live(), 2);
+    /* Not answered yet: a reader at 2q would wait for it, then for [0, 2q) to stream by. */
+    assert_true(fetch_want(ck, 2 * q));
+    assert_int_equal(fetch_live(), 3);
+    assert_int_equal(g_stats.fetch_split, 1);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    RUN_UNTIL(f, fetch_live() == 0);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, 3);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    const uint64_t from[] = {0, 2 * q, 3 * q}, to[] = {2 * q - 1, 3 * q - 1, CS - 1};
+    for (int i = 0; i < n; i++) { /* every byte asked once (the head part was not routed yet) */
+        assert_int_equal(reqs[i].a, from[i]);
+        assert_int_equal(reqs[i].b, to[i]);
+    }
+}
+
+static void test_head_part_pieces_stop_at_the_chunk_s_last_split(void **state)
+{
+    struct fx *f = *state;
+    uint64_t total = CS;
+    srv_script(&f->srv, SCRIPT_RANGES, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    const uint64_t step = 50 * 1024, first = CS - 6 * 1024;
+    struct chunk *ck = read_chunk(f, 0, first, &o, NULL);
+    /* Readers ever further back, each deep enough for a part of its own: each gets a piece of
+     * the held head part while the chunk has parts left... */
+    for (unsigned i = 1; i < CACHE_SPLITS_MAX; i++) {
+        assert_true(fetch_want(ck, first - i * step));
+        assert_int_equal(fetch_live(), 1 + i);
+    }
+    assert_int_equal(g_stats.fetch_two_part, CACHE_SPLITS_MAX);
+    /* ...then the rest of the head part is asked as one. */
+    uint64_t last_split = first - (CACHE_SPLITS_MAX - 1) * step;
+    assert_true(last_split - step >= FETCH_TWO_PART_MIN);
+    assert_true(fetch_want(ck, last_split - step));
+    assert_int_equal(fetch_live(), CACHE_SPLITS_MAX + 1);
+    assert_int_equal(g_stats.fetch_two_part, CACHE_SPLITS_MAX);
+    RUN_UNTIL(f, cache_chunk_state(ck) != CHUNK_S_FILLING);
+    assert_chunk_bytes(f, ck, total);
+    cache_chunk_unref(&ck);
+    RUN_UNTIL(f, fetch_live() == 0);
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    assert_int_equal(n, CACHE_SPLITS_MAX + 1);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    assert_int_equal(reqs[0].a, 0);
+    assert_int_equal(reqs[0].b, last_split - 1);
+    uint64_t next = 0;
+    for (int i = 0; i < n; i++) { /* every byte asked once */
+        assert_int_equal(reqs[i].a, next);
+        next = reqs[i].b + 1;
+    }
+    assert_int_equal(next, CS);
 }
 
 static void test_a_cut_answer_is_resumed_from_the_byte_reached(void **state)
@@ -884,8 +1132,8 @@ static void test_a_failure_reaches_every_waiter(void **state)
     struct origin_req o = origin_for("origin.test", "/obj");
     struct chunk *a = read_chunk(f, 0, 0, &o, NULL), *b = read_chunk(f, 0, 0, &o, NULL);
     struct waiter wa = {0}, wb = {0};
-    cache_chunk_wait(a, &wa.w, on_wake);
-    cache_chunk_wait(b, &wb.w, on_wake);
+    cache_chunk_wait(a, &wa.w, on_wake, 0);
+    cache_chunk_wait(b, &wb.w, on_wake, 0);
     RUN_UNTIL(f, cache_chunk_state(a) == CHUNK_S_FAILED && wa.woken > 0 && wb.woken > 0);
     assert_int_equal(cache_chunk_fail_cause(b), CHUNK_FAIL_ORIGIN);
     assert_int_equal(g_stats.fetch_failed, 1);
@@ -1053,8 +1301,15 @@ int main(void)
         T(test_parts_ahead_fill_the_first_readahead_missing_chunks_once),
         T(test_no_parts_ahead_for_nocache_or_at_the_cap_of_fetches),
         T(test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it),
+        T(test_a_reader_deep_in_a_run_s_first_chunk_gets_its_own_request),
+        T(test_a_run_s_first_chunk_is_cut_while_its_request_waits_for_the_answer),
+        T(test_the_head_part_is_still_asked_after_its_holder_was_cut),
+        T(test_a_reader_being_woken_still_counts_as_waiting),
         T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
         T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),
+        T(test_a_reader_deep_in_a_held_head_part_gets_a_part_of_its_own),
+        T(test_a_reader_deep_in_a_head_part_asked_but_not_answered_gets_its_own_part),
+        T(test_head_part_pieces_stop_at_the_chunk_s_last_split),
         T(test_a_cut_answer_is_resumed_from_the_byte_reached),
         T(test_a_short_206_is_completed_by_asking_for_the_rest),
         T(test_a_short_206_of_another_version_next_fails_the_chunk),
