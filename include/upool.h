@@ -40,6 +40,8 @@ void upool_free(struct upool **p);
 struct origin *upool_origin(struct upool *p, const struct sockaddr_storage *addr);
 /* Takes a busy slot if the origin is under max_per_origin. */
 bool upool_slot_try(struct origin *o);
+/* Whether upool_slot_try() would take a slot now (under max_per_origin, nobody queued). */
+bool upool_has_room(const struct origin *o);
 /* Queues <w> for a slot; w->cb fires later with the slot taken. */
 void upool_wait(struct origin *o, struct upool_wait *w, upool_wait_fn *cb);
 /*

@@ -98,7 +98,9 @@ void upstream_cancel(struct upstream **up);
 unsigned upstream_live(void);
 /* Its id, as its log lines show it ("up#<id>"). */
 unsigned upstream_id(const struct upstream *up);
-/* Whether <up> still waits for a connection slot of its origin (its request not written yet). */
-bool upstream_is_queued(const struct upstream *up);
+/* Whether a request of <up>'s origin asked now would get a connection slot at once, besides the
+ * one <up> holds: <up> holds a slot (it is not queued for one, nor granted one it has not taken
+ * yet), the origin has another free, and nobody is queued for one. */
+bool upstream_origin_has_room(const struct upstream *up);
 
 #endif

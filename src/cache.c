@@ -472,7 +472,8 @@ void cache_chunk_unref(struct chunk **ckp)
             cache_seen_unref(&ck->seen);
         return;
     }
-    ASSERT(!ck->in_table && ck->waiters == NULL && !ck->notify_pending && ck->filler == NULL);
+    ASSERT(!ck->in_table && ck->waiters == NULL && ck->waking == NULL && !ck->notify_pending &&
+           ck->filler == NULL);
     /* Evicted before all its bytes were delivered: a later load of its file takes the record. */
     if (ck->seen != NULL && ck->evicted && ck->state == CHUNK_S_SEALED && !ck->remote &&
         !cache_seen_is_complete(ck->seen, ck->cap))

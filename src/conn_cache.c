@@ -165,6 +165,7 @@ static void on_chunk_wake(struct chunk_waiter *w)
  * lookup), and a chunk that becomes two-part wakes its waiters to come here again (fetch.c). */
 static void wait_chunk(struct conn *c, uint64_t off)
 {
+    cache_chunk_unwait(&c->ckw); /* (fetch_want must not count this reader's older wait) */
     fetch_want(c->ck, off);
     cache_chunk_wait(c->ck, &c->ckw, on_chunk_wake, off);
 }

@@ -1613,18 +1613,20 @@ static struct fetch *unanswered_fill_of(struct chunk *ck, uint64_t off)
  * rest of f's run; <ck> gets a part from <off> (cache_chunk_split_at). Every byte is still asked
  * once: f's request, when it is out already, asked for more than f keeps, so it is asked again
  * for f's part alone (on a connection of its own: the first is closed unanswered), and that only
- * when no other reader waits for a byte of that part (it would wait one more origin round trip).
- * No cut while f waits for a connection slot (the new request would wait behind it), nor while
- * the cluster node f asks is down (f's own fallback moves it). Returns whether it cut.
+ * when no other reader waits for a byte of that part (it would wait one more origin round trip),
+ * and when the origin has a connection slot free for the new request besides f's (else both
+ * would queue behind others). No cut while the cluster node f asks is down (f's own fallback
+ * moves it). Returns whether it cut.
  */
 static bool cut_unanswered(struct fetch *f, struct chunk *ck, uint64_t off)
 {
     uint64_t start = chunk_start(ck);
-    if (start + off < f->pos + FETCH_TWO_PART_MIN || origin_ignores_ranges(f->authority) ||
+    if (start + off < f->pos + FETCH_TWO_PART_MIN || f->whole_object ||
+        origin_ignores_ranges(f->authority) ||
         (f->peer >= 0 && (peers_live() & (1u << f->peer)) == 0))
         return false;
     bool asked = f->state == FETCH_S_WAIT_HEAD;
-    if (asked && (f->up == NULL || upstream_is_queued(f->up) ||
+    if (asked && (f->up == NULL || !upstream_origin_has_room(f->up) ||
                   cache_chunk_waited_in(ck, f->pos - start, off)))
         return false;
     size_t k = f->cur;
@@ -1795,8 +1797,13 @@ bool fetch_want(struct chunk *ck, uint64_t off)
             return true;
         }
     }
-    /* (cheap checks first: a reader streaming behind a fill waits where a part has reached) */
-    if (off >= FETCH_TWO_PART_MIN && cache_chunk_avail(ck, off) == 0 &&
+    /* (cheap checks first: a reader streaming behind a fill waits where a part has reached, or
+     * ahead of the filler's answer, which is flowing) */
+    uint64_t at = chunk_start(ck) + off;
+    bool flowing = f != NULL && f->cur < f->n && f->cks[f->cur] == ck &&
+                   (f->state == FETCH_S_BODY || f->state == FETCH_S_MEMORY) && f->pos <= at &&
+                   at <= f->last;
+    if (!flowing && off >= FETCH_TWO_PART_MIN && cache_chunk_avail(ck, off) == 0 &&
         cache_chunk_can_split_at(ck, off)) {
         struct fetch *p = unanswered_fill_of(ck, off);
         if (p != NULL && cut_unanswered(p, ck, off))

@@ -218,6 +218,12 @@ const char *upool_origin_name(const struct origin *o)
     return o->name;
 }
 
+bool upool_has_room(const struct origin *o)
+{
+    CHECK_OBJ(o, ORIGIN_MAGIC);
+    return o->busy < g_cfg->max_per_origin && o->waiters == NULL;
+}
+
 bool upool_slot_try(struct origin *o)
 {
     CHECK_OBJ(o, ORIGIN_MAGIC);

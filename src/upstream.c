@@ -121,9 +121,10 @@ unsigned upstream_id(const struct upstream *up)
     return up->id;
 }
 
-bool upstream_is_queued(const struct upstream *up)
+bool upstream_origin_has_room(const struct upstream *up)
 {
-    return up->state == UP_S_WAIT_SLOT;
+    CHECK_OBJ(up, UPSTREAM_MAGIC);
+    return up->state != UP_S_WAIT_SLOT && up->have_slot && upool_has_room(up->origin);
 }
 
 static void up_set_state(struct upstream *up, enum up_state st)

@@ -810,14 +810,22 @@ static void test_the_head_part_is_still_asked_after_its_holder_was_cut(void **st
 }
 
 static struct chunk *wake_ck;
-static int wake_cuts;
+static int wake_cuts, wake_order, deep_woken_at, near_woken_at;
 
-/* A reader deep in the chunk, as conn_cache.c's wait_chunk: asks, then waits again. */
+/* Readers as conn_cache.c's wait_chunk: ask (fetch_want), then wait again. */
 static void on_wake_deep(struct chunk_waiter *w)
 {
+    deep_woken_at = ++wake_order;
     if (fetch_want(wake_ck, CS - 1))
         wake_cuts++;
     cache_chunk_wait(wake_ck, w, on_wake_deep, CS - 1);
+}
+
+static void on_wake_near(struct chunk_waiter *w)
+{
+    near_woken_at = ++wake_order;
+    fetch_want(wake_ck, 100);
+    cache_chunk_wait(wake_ck, w, on_wake_near, 100);
 }
 
 static void test_a_reader_being_woken_still_counts_as_waiting(void **state)
@@ -832,20 +840,52 @@ static void test_a_reader_being_woken_still_counts_as_waiting(void **state)
     RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 5);
     struct chunk *ck4 = read_chunk(f, 4, 100, &o, NULL);
     wake_ck = ck4;
-    wake_cuts = 0;
+    wake_cuts = wake_order = deep_woken_at = near_woken_at = 0;
     struct chunk_waiter a = {0}, b = {0};
-    cache_chunk_wait(ck4, &a, on_wake_nothing, 100); /* waits inside the run's request */
+    cache_chunk_wait(ck4, &a, on_wake_near, 100); /* waits inside the run's request */
     assert_false(fetch_want(ck4, CS - 1));
     cache_chunk_wait(ck4, &b, on_wake_deep, CS - 1);
-    /* Both are woken (any change of the chunk), the deep one first: the other, not called back
-     * yet, still waits for the run's request, which must not be asked again. */
+    /* Both are woken (any change of the chunk); the deep one is called back first, while the
+     * other one, not called back yet, still waits for the run's request: no cut. */
     cache_chunk_poke(ck4);
-    RUN_UNTIL(f, a.pprev == NULL);
+    RUN_UNTIL(f, deep_woken_at > 0 && near_woken_at > 0);
+    assert_true(deep_woken_at < near_woken_at);
     assert_int_equal(wake_cuts, 0);
     assert_int_equal(fetch_live(), 5);
+    /* Once the other reader is gone, the same wake cuts (the check is not vacuous). */
+    cache_chunk_unwait(&a);
+    cache_chunk_poke(ck4);
+    RUN_UNTIL(f, wake_cuts > 0);
+    assert_int_equal(fetch_live(), 6);
     cache_chunk_unwait(&b);
     fetch_cancel_all();
     cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck4);
+}
+
+static void test_no_cut_when_the_origin_has_no_connection_slot_to_spare(void **state)
+{
+    struct fx *f = *state;
+    f->cfg->max_per_origin = 2;
+    uint64_t total = 12 * CS + 1;
+    srv_script(&f->srv, SCRIPT_STALL, total);
+    struct origin_req o = origin_for("origin.test", "/obj");
+    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
+    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    struct req_rec reqs[MAX_REQS];
+    RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 2); /* chunk 0 and run 1-3 hold the slots */
+    /* Run 1-3's request is out and holds a slot, but the others queue for one: asked again, it
+     * and the new request would both wait behind them. */
+    struct chunk *ck1 = read_chunk(f, 1, CS - 1, &o, NULL);
+    assert_false(fetch_want(ck1, CS - 1));
+    /* Run 4-6's request waits for a slot: cancelled, it would go to the back of the queue. */
+    struct chunk *ck4 = read_chunk(f, 4, CS - 1, &o, NULL);
+    assert_false(fetch_want(ck4, CS - 1));
+    assert_int_equal(fetch_live(), 5);
+    assert_int_equal(g_stats.fetch_split, 0);
+    fetch_cancel_all();
+    cache_chunk_unref(&ck0);
+    cache_chunk_unref(&ck1);
     cache_chunk_unref(&ck4);
 }
 
@@ -1305,6 +1345,7 @@ int main(void)
         T(test_a_run_s_first_chunk_is_cut_while_its_request_waits_for_the_answer),
         T(test_the_head_part_is_still_asked_after_its_holder_was_cut),
         T(test_a_reader_being_woken_still_counts_as_waiting),
+        T(test_no_cut_when_the_origin_has_no_connection_slot_to_spare),
         T(test_a_reader_deep_in_a_chunk_gets_a_two_part_fill),
         T(test_a_reader_waiting_before_the_tail_asks_the_head_part_at_once),
         T(test_a_reader_deep_in_a_held_head_part_gets_a_part_of_its_own),
