@@ -90,7 +90,8 @@ void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o);
  *   is to bring it: that request is cut at <off>, and a new one asks from <off> to its end now.
  *   A request already out asked for more than it keeps: it is closed unanswered and asked again
  *   for the bytes it keeps (never twice for one byte), and so only when no other reader waits
- *   for one of those; not while it waits for a connection slot (the new one would wait too).
+ *   for one of those, and only when its origin has a connection slot free besides its own
+ *   (otherwise both requests would wait behind others for one).
  * - Nothing of <ck> arrived yet and its run will not reach it for a while (while the run's
  *   bytes flow, FETCH_SPLIT_GAP chunks or more ahead of the one filling; before they flow, any
  *   chunk after the first): the run is cut before <ck> and a new fetch starts at <ck> for the
