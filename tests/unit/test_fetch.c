@@ -702,7 +702,7 @@ static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **s
     assert_true(split_asked); /* (the run's own answer is cut before chunk 3) */
 }
 
-/* A request a reader deep inside the first chunk of a run made for it from <off>. */
+/* Whether the origin was asked for bytes [<a>, <b>] of the object. */
 static bool asked_from(struct fx *f, uint64_t a, uint64_t b)
 {
     struct req_rec reqs[MAX_REQS];
