@@ -713,6 +713,18 @@ static bool asked_from(struct fx *f, uint64_t a, uint64_t b)
     return false;
 }
 
+/* The origin was asked exactly the ranges [<from>[i], <to>[i]], i < <n>, in ascending order. */
+static void assert_asked_exactly(struct fx *f, const uint64_t *from, const uint64_t *to, int n)
+{
+    struct req_rec reqs[MAX_REQS];
+    assert_int_equal(srv_requests(&f->srv, reqs), n);
+    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(reqs[i].a, from[i]);
+        assert_int_equal(reqs[i].b, to[i]);
+    }
+}
+
 static void test_a_reader_deep_in_a_run_s_first_chunk_gets_its_own_request(void **state)
 {
     struct fx *f = *state;
@@ -798,15 +810,8 @@ static void test_the_head_part_is_still_asked_after_its_holder_was_cut(void **st
     assert_chunk_bytes(f, ck, CS);
     cache_chunk_unref(&ck);
     RUN_UNTIL(f, fetch_live() == 0);
-    struct req_rec reqs[MAX_REQS];
-    int n = srv_requests(&f->srv, reqs);
-    assert_int_equal(n, 3);
-    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
     const uint64_t from[] = {0, q, q + 100 * 1024}, to[] = {q - 1, q + 100 * 1024 - 1, CS - 1};
-    for (int i = 0; i < n; i++) {
-        assert_int_equal(reqs[i].a, from[i]);
-        assert_int_equal(reqs[i].b, to[i]);
-    }
+    assert_asked_exactly(f, from, to, 3); /* every byte asked once */
 }
 
 static struct chunk *wake_ck;
@@ -952,15 +957,8 @@ static void test_a_reader_deep_in_a_held_head_part_gets_a_part_of_its_own(void *
     assert_chunk_bytes(f, ck, total);
     cache_chunk_unref(&ck);
     RUN_UNTIL(f, fetch_live() == 0);
-    struct req_rec reqs[MAX_REQS];
-    int n = srv_requests(&f->srv, reqs);
-    assert_int_equal(n, 3);
-    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
     const uint64_t from[] = {0, q, 3 * q}, to[] = {q - 1, 3 * q - 1, CS - 1};
-    for (int i = 0; i < n; i++) { /* every byte asked once */
-        assert_int_equal(reqs[i].a, from[i]);
-        assert_int_equal(reqs[i].b, to[i]);
-    }
+    assert_asked_exactly(f, from, to, 3); /* every byte asked once */
 }
 
 static void test_a_reader_deep_in_a_head_part_asked_but_not_answered_gets_its_own_part(void **state)
@@ -981,15 +979,8 @@ static void test_a_reader_deep_in_a_head_part_asked_but_not_answered_gets_its_ow
     assert_chunk_bytes(f, ck, total);
     cache_chunk_unref(&ck);
     RUN_UNTIL(f, fetch_live() == 0);
-    struct req_rec reqs[MAX_REQS];
-    int n = srv_requests(&f->srv, reqs);
-    assert_int_equal(n, 3);
-    qsort(reqs, (size_t)n, sizeof(reqs[0]), cmp_req);
     const uint64_t from[] = {0, 2 * q, 3 * q}, to[] = {2 * q - 1, 3 * q - 1, CS - 1};
-    for (int i = 0; i < n; i++) { /* every byte asked once (the head part was not routed yet) */
-        assert_int_equal(reqs[i].a, from[i]);
-        assert_int_equal(reqs[i].b, to[i]);
-    }
+    assert_asked_exactly(f, from, to, 3); /* every byte asked once */
 }
 
 static void test_head_part_pieces_stop_at_the_chunk_s_last_split(void **state)
