@@ -1514,6 +1514,22 @@ static void start_head_part(struct chunk *ck, uint64_t off, struct fetch *g, boo
  * reader waiting for it (fetch_want). Not when the chunk failed meanwhile: then nothing is left
  * to fill.
  */
+/* Asks bytes [<from>, g->head_off) of <ck>, g's head part (a ref the new fetch takes over), as
+ * g's origin. */
+static void ask_head_bytes(struct fetch *g, struct chunk *ck, uint64_t from)
+{
+    uint64_t start = chunk_start(ck);
+    struct fetch *h = fetch_sibling(g);
+    h->cks[0] = ck;
+    h->n = 1;
+    h->pos = h->first = start + from;
+    h->last = start + g->head_off - 1;
+    h->next_index = cache_chunk_index(ck) + 1;
+    /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
+    h->hops = g->hops - (g->location != NULL ? 1 : 0);
+    fetch_go_like(h, g);
+}
+
 static void release_head_part(struct fetch *g)
 {
     struct chunk *ck = g->head_ck;
@@ -1524,16 +1540,7 @@ static void release_head_part(struct fetch *g)
         cache_chunk_unref(&ck);
         return;
     }
-    uint64_t start = chunk_start(ck);
-    struct fetch *h = fetch_sibling(g);
-    h->cks[0] = ck; /* g's ref is h's now */
-    h->n = 1;
-    h->pos = h->first = start;
-    h->last = start + g->head_off - 1;
-    h->next_index = cache_chunk_index(ck) + 1;
-    /* A redirect g has read but not followed yet: h asks g's URL and meets it too. */
-    h->hops = g->hops - (g->location != NULL ? 1 : 0);
-    fetch_go_like(h, g);
+    ask_head_bytes(g, ck, 0); /* g's ref is the new fetch's now */
 }
 
 /*
@@ -1545,18 +1552,10 @@ static void release_head_part(struct fetch *g)
 static void ask_head_piece(struct fetch *g, uint64_t off)
 {
     struct chunk *ck = g->head_ck;
-    uint64_t start = chunk_start(ck);
-    struct fetch *h = fetch_sibling(g);
-    h->cks[0] = cache_chunk_ref(ck);
-    h->n = 1;
-    h->pos = h->first = start + off;
-    h->last = start + g->head_off - 1;
-    h->next_index = cache_chunk_index(ck) + 1;
-    h->hops = g->hops - (g->location != NULL ? 1 : 0);
     cache_chunk_split_at(ck, off);
-    g->head_off = off;
     g_stats.fetch_two_part++;
-    fetch_go_like(h, g);
+    ask_head_bytes(g, cache_chunk_ref(ck), off); /* [off, head_off) */
+    g->head_off = off;                           /* [0, off) still held back */
 }
 
 void fetch_start_at(struct chunk *ck, uint64_t off, const struct origin_req *o)
