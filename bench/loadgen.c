@@ -20,8 +20,9 @@
  * chunks in order until a response says X-Upstream-Cache-Status: HIT; it prints the times since
  * T0 (epoch nanoseconds, taken by the harness just before it restarted the proxy).
  *
- * TTFB is the kernel's arrival time of the first body byte (SO_TIMESTAMPNS), not the time this loop
- * got round to reading it: a loadgen busy verifying other clients' bytes does not inflate it, and
+ * TTFB runs from the request's write, done as soon as the request is made (client_send), to the
+ * kernel's arrival time of the first body byte (SO_TIMESTAMPNS), not the time this loop got round
+ * to reading it: a loadgen busy verifying other clients' bytes does not inflate it, and
  * a proxy that keeps it busy is not charged for that. Until a response's first body byte is seen,
  * reads are small (LG_FIRST_READ), so that the stamp is that of the first bytes. Without a stamp
  * (never on Linux TCP) the time of the read is used.
@@ -566,6 +567,31 @@ static void on_connected(struct client *c)
     client_next(c);
 }
 
+/*
+ * Writes what the socket takes of the request; the rest when it is writable (EV_WRITE). Called at
+ * once when a request is made, not in the next loop iteration: t_sent is taken just before, so
+ * the time a busy loadgen takes to come round to a socket is not charged to the target.
+ */
+static void client_send(struct client *c)
+{
+    ssize_t n =
+        send(c->fd, c->req_text + c->req_off, c->req_len - c->req_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            client_fail(c, "send: %s", strerror(errno));
+        } else {
+            client_rearm(c);
+        }
+        return;
+    }
+    c->req_off += (size_t)n;
+    c->state = c->req_off == c->req_len ? LG_S_HEAD : LG_S_SEND;
+    if (c->state == LG_S_HEAD) {
+        ev_timer_again(g_loop, &c->timer);
+    }
+    client_rearm(c);
+}
+
 /* Send the next request, or finish. */
 static void client_next(struct client *c)
 {
@@ -601,7 +627,7 @@ static void client_next(struct client *c)
     c->hit = false;
     c->t_sent = mono_now();
     c->state = LG_S_SEND;
-    client_rearm(c);
+    client_send(c);
 }
 
 static void client_rearm(struct client *c)
@@ -1014,20 +1040,7 @@ static void on_client_io(struct ev_loop *loop, ev_io *w, int revents)
         return;
     }
     if (c->state == LG_S_SEND && (revents & EV_WRITE)) {
-        ssize_t n = send(c->fd, c->req_text + c->req_off, c->req_len - c->req_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                client_fail(c, "send: %s", strerror(errno));
-            }
-            return;
-        }
-        c->req_off += (size_t)n;
-        if (c->req_off == c->req_len) {
-            c->state = LG_S_HEAD;
-            ev_timer_again(g_loop, &c->timer);
-            client_rearm(c);
-        }
+        client_send(c);
         return;
     }
     if (revents & EV_READ) {
