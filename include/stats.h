@@ -161,6 +161,8 @@
     X(sent_mem_ref, counter, "sent_bytes_total", "memory_reference",                               \
       "cached body bytes sent to clients by reference to chunk memory")                            \
     X(sent_file, counter, "sent_bytes_total", "file", "cached body bytes sent from chunk files")   \
+    X(send_turns_put_off, counter, "send_turns_put_off_total", NULL,                               \
+      "turns of a response under way put off to the next loop iteration (its budget was spent)")   \
     X(cache_mem_bytes, gauge, "cache_bytes", "memory", "bytes of chunk memory in use")             \
     X(cache_disk_bytes, gauge, "cache_bytes", "disk",                                              \
       "bytes of chunk files (from the disk index)")                                                \

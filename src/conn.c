@@ -9,8 +9,10 @@
  * | UPSTREAM   | pass: the origin's response head                   | send (if output left) |
  * | STREAM     | pass: body bytes from upstream, or room for them   | send (if output left) |
  * | CACHE_HEAD | cache: the first chunk's meta (memory, disk, fill) | send (if output left) |
- * | CACHE_BODY | cache: chunk bytes, or room in the socket for them | send (if output left) |
- * | SHARE      | share: room in the socket for a shared answer      | send (if output left) |
+ * | CACHE_BODY | cache: chunk bytes, or room in the socket for them | send (if output left, |
+ * |            | (or the next iteration: turn put off, turnq.h)     | or turn put off)      |
+ * | SHARE      | share: room in the socket for a shared answer      | send (if output left, |
+ * |            | (or the next iteration: turn put off)              | or turn put off)      |
  * | FLUSH      | <out> to drain, then close                         | send                  |
  * | LINGER     | our side shut down: the client's EOF (its bytes    | CONN_LINGER_S         |
  * |            | are read and dropped), then close                  |                       |
@@ -26,7 +28,11 @@
  * state is dropped by its reset() when the request ends, however it ends.
  *
  * One driver (on_conn_io) writes what it can, reads what fits, then steps while progress is made;
- * conn_update_io() alone decides watcher interest and conn_update_timer() the one timer. A
+ * conn_update_io() alone decides watcher interest and conn_update_timer() the one timer. The
+ * reaper (an ev_prepare, once per loop iteration) drives too: first the responses whose turn of
+ * body bytes was put off in the iteration before, once it had sent CONN_LOOP_SEND (send_turns,
+ * turnq.h; such a response waits for no socket event, and an ev_idle keeps the loop from sleeping
+ * while one is queued), then conns kicked from outside their own callbacks (conn_kick). A
  * request's head is copied out of <in> (req_head) so that <in> can take the next pipelined request
  * while the response runs; the next request is parsed only once the current response is fully
  * queued. Bounded memory: <in> holds one head (H1_MAX_HEAD + slack), <out> CONN_OUTBUF; when <out>
@@ -67,7 +73,9 @@ static unsigned n_conns;
 static unsigned conn_next_id;
 static struct conn *reap_list;
 static struct conn *kick_list;
-static ev_prepare reaper; /* runs kicked drivers, then frees closed conns */
+static ev_prepare reaper;       /* runs put-off and kicked drivers, then frees closed conns */
+static struct turnq send_turns; /* the iteration's send budget, turns put off (turnq.h) */
+static ev_idle turns_pending;   /* active while turns are queued: the next poll does not sleep */
 static struct ev_loop *module_loop;
 
 static void conn_kick(struct conn *c);
@@ -253,6 +261,7 @@ static void req_reset(struct conn *c)
     }
     free(c->req_head);
     c->req_head = NULL;
+    turnq_remove(&send_turns, &c->turn); /* (a next response's first bytes are never put off) */
     c->status = 0;
     c->proxied = false;
     c->logged = false;
@@ -636,7 +645,8 @@ void conn_update_timer(struct conn *c)
         return;
     if (c->state == CONN_S_LINGER) {
         dl = c->last_write + CONN_LINGER_S;
-    } else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write) {
+    } else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write ||
+               c->turn.queued) {
         dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
     } else if (c->state == CONN_S_READ_HEAD) {
         if (buf_len(&c->in) > 0 && c->head_since > 0)
@@ -786,12 +796,30 @@ void conn_close(struct conn *c)
     conn_set_state(c, CONN_S_CLOSING);
     ev_io_stop(c->ctx->loop, &c->io);
     ev_timer_stop(c->ctx->loop, &c->timer);
+    turnq_remove(&send_turns, &c->turn); /* (a closed conn is never driven again) */
     c->reap_next = reap_list;
     reap_list = c;
 }
 
+bool conn_take_turn(struct conn *c)
+{
+    bool queued = c->turn.queued;
+    /* (sent_bytes, not body_bytes: a multipart response counts its part heads in body_bytes) */
+    if (turnq_take_turn(&send_turns, &c->turn, !c->sent_bytes))
+        return true;
+    if (!queued)
+        g_stats.send_turns_put_off++;
+    return false;
+}
+
+void conn_turn_sent(uint64_t n)
+{
+    turnq_sent(&send_turns, n);
+}
+
 static void conn_free(struct conn *c)
 {
+    ASSERT(!c->turn.queued); /* (conn_close took it off) */
     if (c->req_head != NULL && c->status == 0)
         c->status = 499; /* nginx's "client closed request": gone before any response */
     log_access(c);       /* a client gone mid-response still gets its line */
@@ -827,7 +855,18 @@ static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents)
     (void)loop;
     (void)w;
     (void)revents;
-    /* Kicked conns first: driving one may close it, and closed ones are freed below. */
+    /* A new iteration's budget; the turns put off in the last one go first, in their order (one
+     * put off again goes to the back, for the next iteration). Then kicked conns. Driving a conn
+     * may close it (conn_close takes it off the queue), and closed ones are freed below. */
+    /* (At most the n queued now: those put off again are behind them, for the next iteration.
+     * Were one of the n closed meanwhile, one put off again is driven twice: it is put off again.)
+     */
+    for (size_t n = turnq_new_iteration(&send_turns); n > 0; n--) {
+        struct turnq_node *t = turnq_pop(&send_turns);
+        if (t == NULL)
+            break;
+        conn_drive(container_of(t, struct conn, turn));
+    }
     while (kick_list != NULL) {
         struct conn *c = kick_list;
         kick_list = c->kick_next;
@@ -840,11 +879,25 @@ static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents)
         reap_list = c->reap_next;
         conn_free(c);
     }
+    /* Turns still queued (put off again above, or by the kicked): the poll must not sleep. */
+    if (send_turns.n > 0)
+        ev_idle_start(module_loop, &turns_pending);
+    else
+        ev_idle_stop(module_loop, &turns_pending);
+}
+
+static void on_turns_pending(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents; /* nothing: the reaper drives them before the next poll */
 }
 
 void conn_module_init(struct conn_ctx *ctx)
 {
     module_loop = ctx->loop;
+    turnq_init(&send_turns, CONN_LOOP_SEND);
+    ev_idle_init(&turns_pending, on_turns_pending);
     ev_prepare_init(&reaper, on_reap);
     ev_prepare_start(ctx->loop, &reaper);
     ev_unref(ctx->loop); /* the reaper alone must not keep the loop running */
@@ -852,9 +905,12 @@ void conn_module_init(struct conn_ctx *ctx)
 
 void conn_module_fini(void)
 {
+    while (turnq_pop(&send_turns) != NULL)
+        ; /* closing: nothing is sent any more */
     while (conns != NULL)
         conn_close(conns), on_reap(module_loop, &reaper, 0);
     on_reap(module_loop, &reaper, 0);
+    ev_idle_stop(module_loop, &turns_pending);
     ev_ref(module_loop);
     ev_prepare_stop(module_loop, &reaper);
 }

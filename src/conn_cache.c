@@ -651,6 +651,8 @@ static bool body_step(struct conn *c)
             wait_chunk(c, off);
             return false;
         }
+        if (turn == 0 && !conn_take_turn(c))
+            return false; /* the iteration's sends are spent: first in the next one (turnq.h) */
         ssize_t k;
         struct chunk_bytes b;
         cache_chunk_bytes(ck, off, &b);
@@ -693,6 +695,7 @@ static bool body_step(struct conn *c)
             g_stats.sent_mem_ref += (uint64_t)k;
         else
             g_stats.sent_mem_copy += (uint64_t)k;
+        conn_turn_sent((uint64_t)k);
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;
         /* Per byte: a first delivery is a miss, any later one a hit (cache_chunk_deliver). */

@@ -20,6 +20,7 @@
 #include "conn.h"
 #include "forward.h"
 #include "http1.h"
+#include "turnq.h"
 
 struct answer;
 struct conn_parts;
@@ -31,6 +32,10 @@ struct upstream;
 #define CONN_OUTBUF (64 * 1024)
 #define CONN_UPHEAD (H1_MAX_HEAD + 1024) /* upstream request head scratch */
 #define CONN_SEND_TURN (1024 * 1024) /* cached bytes one client sends per loop turn (fairness) */
+/* Body bytes one loop iteration sends before responses already under way wait for the next one
+ * (turnq.h): about 1 ms of sends on the bench host, so that a request or an origin's answer that
+ * arrives meanwhile is not held behind a turn of every other client. */
+#define CONN_LOOP_SEND (4 * 1024 * 1024)
 /* Chunk-memory bytes given to one send(). Within one call the kernel queues the data as segments
  * of up to 64 KiB (loopback, TSO) and, after 16 new segments, processes the ACKs that arrived
  * meanwhile before it goes on; a 1 MiB send always crossed that point, and the warm `big` bench
@@ -96,8 +101,9 @@ struct conn {
     struct conn *reap_next;
     struct conn *kick_next;
     bool kicked;
-    struct buf in;  /* owns */
-    struct buf out; /* owns; allocated while a response is in progress or pending */
+    struct turnq_node turn; /* put off to the next loop iteration (conn_take_turn) */
+    struct buf in;          /* owns */
+    struct buf out;         /* owns; allocated while a response is in progress or pending */
     bool peer_eof;
     bool draining; /* shutdown: close after the current response */
     unsigned served;
@@ -220,6 +226,13 @@ void conn_response_cut(struct conn *c);
  * forwards an answer it cannot cache through the pass path. */
 void conn_hand_over(struct conn *c, const struct conn_responder *to);
 void conn_out_ensure(struct conn *c);
+/* Takes a turn of cached or shared body bytes for <c> in this loop iteration (turnq.h): true for
+ * a response's first bytes, and while the iteration's CONN_LOOP_SEND lasts. Otherwise <c> is put
+ * off (counted in send_turns_put_off) and the reaper drives it first in the next iteration, not
+ * EV_WRITE: the caller returns without sending (and without blocked_write). */
+bool conn_take_turn(struct conn *c);
+/* Counts <n> body bytes sent in this iteration. */
+void conn_turn_sent(uint64_t n);
 /* Hands the body bytes sent since the last call to live (per service and client): at the end
  * of each request, and every CONN_LIVE_STEP bytes of a long one (<all>: whatever the amount). */
 #define CONN_LIVE_STEP (8u << 20)

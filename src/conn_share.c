@@ -100,6 +100,8 @@ static bool share_step(struct conn *c)
         size_t n = len - (size_t)c->pos;
         if (n > CONN_SEND_MAX)
             n = CONN_SEND_MAX;
+        if (turn == 0 && !conn_take_turn(c))
+            return false; /* the iteration's sends are spent: first in the next one (turnq.h) */
         ssize_t k;
         do {
             k = send(c->fd, body + c->pos, n, MSG_NOSIGNAL);
@@ -114,6 +116,7 @@ static bool share_step(struct conn *c)
             conn_close(c);
             return false;
         }
+        conn_turn_sent((uint64_t)k);
         size_t fresh = answer_deliver(c->shared, (size_t)c->pos, (size_t)k);
         c->pos += (uint64_t)k;
         c->body_bytes += (uint64_t)k;

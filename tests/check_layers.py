@@ -44,7 +44,7 @@ import sys
 # line its role allows (access, the access log, needs only log and config, so it is base; tlsrelay
 # needs no cache and sits beside conn as the other client-side relay; main wires everything).
 LAYERS = """
-base:      util cluster stats config buf log access live
+base:      util cluster stats config buf log access live turnq
 protocol:  httpdate http1 adminauth objhead range multipart precond forward chunkfile chunkmem ngxcache ngxfile inventory diskidx iopool domains tlshello origin admit answer freshness anstore
 origin:    resolver upool upstream peers
 core:      cache
