@@ -311,6 +311,7 @@ static void conn_respond(struct conn *c, const struct conn_responder *r)
 void conn_hand_over(struct conn *c, const struct conn_responder *to)
 {
     ASSERT(c->resp != NULL && c->resp != to);
+    ASSERT(!c->turn.queued); /* (a hand-over comes before any body byte) */
     log_debug("conn#%u %s: %s hands the request over to %s", c->id, c->peer, c->resp->name,
               to->name);
     c->resp->reset(c);
@@ -807,8 +808,13 @@ bool conn_take_turn(struct conn *c)
     /* (sent_bytes, not body_bytes: a multipart response counts its part heads in body_bytes) */
     if (turnq_take_turn(&send_turns, &c->turn, !c->sent_bytes))
         return true;
-    if (!queued)
+    if (!queued) {
         g_stats.send_turns_put_off++;
+        /* The next poll must not sleep, whenever this is (a callback fed from the reaper runs
+         * after it, before the poll); and the wait is ours, not the client's (send_timeout). */
+        ev_idle_start(module_loop, &turns_pending);
+        c->last_write = ev_now(module_loop);
+    }
     return false;
 }
 
@@ -855,12 +861,11 @@ static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents)
     (void)loop;
     (void)w;
     (void)revents;
-    /* A new iteration's budget; the turns put off in the last one go first, in their order (one
-     * put off again goes to the back, for the next iteration). Then kicked conns. Driving a conn
-     * may close it (conn_close takes it off the queue), and closed ones are freed below. */
-    /* (At most the n queued now: those put off again are behind them, for the next iteration.
-     * Were one of the n closed meanwhile, one put off again is driven twice: it is put off again.)
-     */
+    /* A new iteration's budget; the turns put off in the last one go first, in their order: the
+     * n queued now, those put off again going behind them for the next iteration (were one of the
+     * n closed meanwhile, one put off again is driven twice, and put off again). Then kicked
+     * conns. Driving a conn may close it (conn_close takes it off the queue); closed ones are
+     * freed below. */
     for (size_t n = turnq_new_iteration(&send_turns); n > 0; n--) {
         struct turnq_node *t = turnq_pop(&send_turns);
         if (t == NULL)
@@ -879,10 +884,7 @@ static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents)
         reap_list = c->reap_next;
         conn_free(c);
     }
-    /* Turns still queued (put off again above, or by the kicked): the poll must not sleep. */
-    if (send_turns.n > 0)
-        ev_idle_start(module_loop, &turns_pending);
-    else
+    if (send_turns.n == 0) /* (conn_take_turn starts it when it queues one) */
         ev_idle_stop(module_loop, &turns_pending);
 }
 
@@ -905,11 +907,11 @@ void conn_module_init(struct conn_ctx *ctx)
 
 void conn_module_fini(void)
 {
-    while (turnq_pop(&send_turns) != NULL)
-        ; /* closing: nothing is sent any more */
-    while (conns != NULL)
-        conn_close(conns), on_reap(module_loop, &reaper, 0);
+    /* All closed first (off the turn queue, never driven again), then freed by one reap. */
+    for (struct conn *c = conns; c != NULL; c = c->next)
+        conn_close(c);
     on_reap(module_loop, &reaper, 0);
+    ASSERT(conns == NULL);
     ev_idle_stop(module_loop, &turns_pending);
     ev_ref(module_loop);
     ev_prepare_stop(module_loop, &reaper);
