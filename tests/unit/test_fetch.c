@@ -673,14 +673,35 @@ static void test_no_parts_ahead_for_nocache_or_at_the_cap_of_fetches(void **stat
         cache_chunk_unref(&cks[i]);
 }
 
+/* A 12-chunk-and-a-byte object (<total>) scripted as <script>: chunk 0 read, its sequential
+ * read-ahead started (runs 1-3, 4-6, 7-9, 10-12). Returns chunk 0 (the caller's ref). */
+static struct chunk *read_in_runs(struct fx *f, enum script script, uint64_t *total,
+                                  const struct origin_req *o)
+{
+    *total = 12 * CS + 1;
+    srv_script(&f->srv, script, *total);
+    struct chunk *ck0 = read_chunk(f, 0, 0, o, NULL);
+    fetch_sequential(ck0, *total - 1, o, false);
+    return ck0;
+}
+
+/* Whether the origin was asked for bytes [<a>, <b>] of the object. */
+static bool asked_from(struct fx *f, uint64_t a, uint64_t b)
+{
+    struct req_rec reqs[MAX_REQS];
+    int n = srv_requests(&f->srv, reqs);
+    for (int i = 0; i < n; i++)
+        if (reqs[i].a == a && reqs[i].b == b)
+            return true;
+    return false;
+}
+
 static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **state)
 {
     struct fx *f = *state;
-    uint64_t total = 12 * CS + 1;
-    srv_script(&f->srv, SCRIPT_RANGES, total);
+    uint64_t total;
     struct origin_req o = origin_for("origin.test", "/obj");
-    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
-    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    struct chunk *ck0 = read_in_runs(f, SCRIPT_RANGES, &total, &o);
     assert_int_equal(fetch_live(), 5);
     enum cache_lookup r;
     struct chunk *ck3 = read_chunk(f, 3, 0, &o, &r);
@@ -694,23 +715,8 @@ static void test_a_reader_far_behind_in_a_run_gets_the_run_split_for_it(void **s
     cache_chunk_unref(&ck3);
     assert_object_cached(f, total);
     struct req_rec reqs[MAX_REQS];
-    int n = srv_requests(&f->srv, reqs);
-    assert_int_equal(n, 6);
-    bool split_asked = false;
-    for (int i = 0; i < n; i++)
-        split_asked = split_asked || (reqs[i].a == 3 * CS && reqs[i].b == 4 * CS - 1);
-    assert_true(split_asked); /* (the run's own answer is cut before chunk 3) */
-}
-
-/* Whether the origin was asked for bytes [<a>, <b>] of the object. */
-static bool asked_from(struct fx *f, uint64_t a, uint64_t b)
-{
-    struct req_rec reqs[MAX_REQS];
-    int n = srv_requests(&f->srv, reqs);
-    for (int i = 0; i < n; i++)
-        if (reqs[i].a == a && reqs[i].b == b)
-            return true;
-    return false;
+    assert_int_equal(srv_requests(&f->srv, reqs), 6);
+    assert_true(asked_from(f, 3 * CS, 4 * CS - 1)); /* (the run's own answer is cut before 3) */
 }
 
 /* The origin was asked exactly the ranges [<from>[i], <to>[i]], i < <n>, in ascending order. */
@@ -728,11 +734,9 @@ static void assert_asked_exactly(struct fx *f, const uint64_t *from, const uint6
 static void test_a_reader_deep_in_a_run_s_first_chunk_gets_its_own_request(void **state)
 {
     struct fx *f = *state;
-    uint64_t total = 12 * CS + 1;
-    srv_script(&f->srv, SCRIPT_RANGES, total);
+    uint64_t total;
     struct origin_req o = origin_for("origin.test", "/obj");
-    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
-    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    struct chunk *ck0 = read_in_runs(f, SCRIPT_RANGES, &total, &o);
     assert_int_equal(fetch_live(), 5);
     enum cache_lookup r;
     uint64_t off = CS / 2;
@@ -872,11 +876,9 @@ static void test_no_cut_when_the_origin_has_no_connection_slot_to_spare(void **s
 {
     struct fx *f = *state;
     f->cfg->max_per_origin = 2;
-    uint64_t total = 12 * CS + 1;
-    srv_script(&f->srv, SCRIPT_STALL, total);
+    uint64_t total;
     struct origin_req o = origin_for("origin.test", "/obj");
-    struct chunk *ck0 = read_chunk(f, 0, 0, &o, NULL);
-    fetch_sequential(ck0, total - 1, &o, false); /* runs 1-3, 4-6, 7-9, 10-12 */
+    struct chunk *ck0 = read_in_runs(f, SCRIPT_STALL, &total, &o);
     struct req_rec reqs[MAX_REQS];
     RUN_UNTIL(f, srv_requests(&f->srv, reqs) == 2); /* chunk 0 and run 1-3 hold the slots */
     /* Run 1-3's request is out and holds a slot, but the others queue for one: asked again, it

@@ -16,6 +16,18 @@
 
 #define BUDGET 1000
 
+/* <q> with its budget spent and <n> nodes put off, in order. */
+static void put_off(struct turnq *q, struct turnq_node *nodes, int n)
+{
+    turnq_init(q, BUDGET);
+    turnq_sent(q, BUDGET);
+    for (int i = 0; i < n; i++) {
+        assert_false(turnq_take_turn(q, &nodes[i], false));
+        assert_true(nodes[i].queued);
+    }
+    assert_int_equal(q->n, (size_t)n);
+}
+
 static void test_turns_start_while_the_budget_lasts(void **state)
 {
     (void)state;
@@ -56,10 +68,7 @@ static void test_put_off_once_and_taken_in_order(void **state)
     (void)state;
     struct turnq q;
     struct turnq_node n[4] = {{0}};
-    turnq_init(&q, BUDGET);
-    turnq_sent(&q, BUDGET);
-    for (int i = 0; i < 4; i++)
-        assert_false(turnq_take_turn(&q, &n[i], false));
+    put_off(&q, n, 4);
     /* Asked again in the same iteration (woken by a read, a chunk's bytes): kept in its place,
      * not queued twice, and still not started. */
     assert_false(turnq_take_turn(&q, &n[1], false));
@@ -79,10 +88,7 @@ static void test_put_off_again_goes_behind(void **state)
     (void)state;
     struct turnq q;
     struct turnq_node n[3] = {{0}};
-    turnq_init(&q, BUDGET);
-    turnq_sent(&q, BUDGET);
-    for (int i = 0; i < 3; i++)
-        assert_false(turnq_take_turn(&q, &n[i], false));
+    put_off(&q, n, 3);
     size_t k = turnq_new_iteration(&q);
     assert_int_equal(k, 3);
     /* The caller takes k: the first spends the budget, the two others are put off again. */
@@ -107,10 +113,7 @@ static void test_remove_keeps_the_queue_whole(void **state)
     (void)state;
     struct turnq q;
     struct turnq_node n[4] = {{0}}, other = {0};
-    turnq_init(&q, BUDGET);
-    turnq_sent(&q, BUDGET);
-    for (int i = 0; i < 4; i++)
-        assert_false(turnq_take_turn(&q, &n[i], false));
+    put_off(&q, n, 4);
     turnq_remove(&q, &n[1]);  /* middle */
     turnq_remove(&q, &n[3]);  /* tail */
     turnq_remove(&q, &n[3]);  /* twice: nothing */
