@@ -1604,6 +1604,27 @@ static struct fetch *unanswered_fill_of(struct chunk *ck, uint64_t off)
     return NULL;
 }
 
+/* Gives <g> the rest of <f>'s run: f's chunks from index <from> on become g's from g->cks[<at>]
+ * (those before are the caller's), g asks from object byte <g_pos> to f's end, and f now ends
+ * at <f_last> with <f_next> as the index after its run. */
+static void give_rest_of_run(struct fetch *f, struct fetch *g, size_t from, size_t at,
+                             uint64_t g_pos, uint64_t f_last, uint64_t f_next)
+{
+    for (size_t i = from; i < f->n; i++) {
+        g->cks[i - from + at] = f->cks[i];
+        cache_chunk_set_filler(f->cks[i], g);
+        f->cks[i] = NULL;
+    }
+    g->n = f->n - from + at;
+    f->n = from;
+    g->pos = g->first = g_pos;
+    g->last = f->last;
+    g->next_index = f->next_index;
+    f->last = f_last;
+    f->next_index = f_next;
+    g_stats.fetch_split++;
+}
+
 /*
  * A reader waits for byte <off> of <ck>, deep inside what <f> is to bring of it (FETCH_TWO_PART_MIN
  * or more past f's next byte), before f is answered: it would wait for the rest of f's first-byte
@@ -1636,20 +1657,8 @@ static bool cut_unanswered(struct fetch *f, struct chunk *ck, uint64_t off)
      * the head part through it): f keeps it then. */
     if (cache_chunk_filler(ck) == f && f->head_ck != ck)
         cache_chunk_set_filler(ck, g);
-    for (size_t i = k + 1; i < f->n; i++) {
-        g->cks[i - k] = f->cks[i];
-        cache_chunk_set_filler(f->cks[i], g);
-        f->cks[i] = NULL;
-    }
-    g->n = f->n - k;
-    f->n = k + 1;
-    g->pos = g->first = start + off;
-    g->last = f->last;
-    g->next_index = f->next_index;
-    f->last = start + off - 1;
-    f->next_index = cache_chunk_index(ck) + 1;
+    give_rest_of_run(f, g, k + 1, 1, start + off, start + off - 1, cache_chunk_index(ck) + 1);
     cache_chunk_split_at(ck, off);
-    g_stats.fetch_split++;
     if (asked) { /* (nothing of its answer was taken: asked again, the same way) */
         upstream_cancel(&f->up);
         fetch_connect(f);
@@ -1684,19 +1693,9 @@ static bool fetch_split(struct chunk *ck, uint64_t off)
     bool tp = two_part(ck, off) && !(cache_chunk_meta(ck) != NULL &&
                                      off >= cache_chunk_cap(ck)); /* (not past the end) */
     struct fetch *g = fetch_sibling(f);
-    for (size_t i = k; i < f->n; i++) {
-        g->cks[i - k] = f->cks[i];
-        cache_chunk_set_filler(f->cks[i], g);
-        f->cks[i] = NULL;
-    }
-    g->n = f->n - k;
-    f->n = k; /* the old request's answer is cut there: see sink_body */
-    g->pos = g->first = chunk_start(ck) + (tp ? off : 0);
-    g->last = f->last;
-    g->next_index = f->next_index;
-    f->last = chunk_start(ck) - 1;
-    f->next_index = cache_chunk_index(ck);
-    g_stats.fetch_split++;
+    /* (the old request's answer is cut at f's new end: see sink_body) */
+    give_rest_of_run(f, g, k, 0, chunk_start(ck) + (tp ? off : 0), chunk_start(ck) - 1,
+                     cache_chunk_index(ck));
     /* g is still alive after this: neither routing (resolver_route) nor upstream_start ever
      * answers before it returns, so nothing can finish g inside the call. */
     fetch_go_like(g, f);
