@@ -91,8 +91,10 @@ class Upstream:
         self.sock.close()
 
 
-def query(port, name, qtype, timeout=2.0):
-    """(rcode, [addresses]) of <name> <qtype> ("A" or "AAAA") asked of 127.0.0.1:<port>."""
+def query(port, name, qtype, timeout=2.0, tries=1):
+    """(rcode, [addresses]) of <name> <qtype> ("A" or "AAAA") asked of 127.0.0.1:<port>; the
+    query is sent again after each <timeout> without an answer, <tries> times in all, as a stub
+    resolver does (a loaded machine may leave a server without CPU for a while)."""
     qid = random.randrange(65536)
     t = {"A": 1, "AAAA": 28}[qtype]
     q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
@@ -102,11 +104,17 @@ def query(port, name, qtype, timeout=2.0):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(timeout)
     try:
-        s.sendto(q, ("127.0.0.1", port))
-        while True:
-            d, _ = s.recvfrom(4096)
-            if d[:2] == q[:2]:
+        for attempt in range(tries):
+            s.sendto(q, ("127.0.0.1", port))
+            try:
+                while True:
+                    d, _ = s.recvfrom(4096)
+                    if d[:2] == q[:2]:
+                        break
                 break
+            except socket.timeout:
+                if attempt == tries - 1:
+                    raise
     finally:
         s.close()
     flags, qd, an = struct.unpack(">HHH", d[2:8])
@@ -180,24 +188,34 @@ def probe_names(entries):
 
 
 class Server:
-    def __init__(self, argv, port, tmp, name):
+    def __init__(self, argv, port, tmp, name, up):
+        """Starts argv, which serves DNS on <port> and forwards to <up> (an Upstream). Ready once
+        a name of its own came back with the upstream's answer and the upstream saw it: an
+        answer from whatever else holds the port (a server of a parallel test bound meanwhile:
+        SO_REUSEADDR lets two UDP sockets share it) does not count."""
         self.port = port
         self.name = name
         self.log = open(os.path.join(tmp, name + ".log"), "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
+        ready = "ready-%d-%d.example.org" % (port, self.proc.pid)
         deadline = time.monotonic() + 20 * H.SLOW
-        while True:  # ready once it answers (a bounded wait for the process, not a test timing)
+        while True:  # a bounded wait for the process, not a test timing
             if self.proc.poll() is not None:
                 self.log.close()
                 raise AssertionError("%s exited %s:\n%s" % (name, self.proc.returncode,
                                                             self.text(tmp, name)))
             try:
-                query(port, "ready.example.org", "A", timeout=0.5)
-                return
+                rcode, got = query(port, ready, "A", timeout=0.5)
+                if rcode == 0 and got == [UP_A] and ready in [n for n, _t in up.names]:
+                    return
             except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError("%s does not answer:\n%s" % (name, self.text(tmp, name)))
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("%s does not answer %s through the upstream:\n%s"
+                                     % (name, ready, self.text(tmp, name)))
+            time.sleep(0.05)
 
     @staticmethod
     def text(tmp, name):
@@ -252,7 +270,7 @@ class DnsServers(unittest.TestCase):
         for attempt in range(5):
             port = free_port()
             try:
-                s = Server(make_argv(port), port, self.tmp, name)
+                s = Server(make_argv(port), port, self.tmp, name, self.up)
             except AssertionError as e:
                 if "in use" in str(e) and attempt < 4:
                     continue
@@ -335,7 +353,7 @@ class DnsServers(unittest.TestCase):
             want = target_of(host)
             for qtype in ("A", "AAAA"):
                 try:
-                    rcode, got = query(server.port, host, qtype)
+                    rcode, got = query(server.port, host, qtype, tries=3)
                 except OSError as e:
                     raise AssertionError("%s: %s %s: %s\nupstream alive %s, saw (last 5): %s\n%s" % (
                         what, host, qtype, e, self.up.thread.is_alive(), self.up.names[-5:],
