@@ -163,6 +163,12 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
 int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
                         const void *body, size_t len, bool durable)
     __attribute__((warn_unused_result));
+/* chunkfile_write_tmp() with the body read from file <src_fd> at <src_off> (pread(), in steps,
+ * hashed as it is copied): a chunk in the memory file of chunkmem.h is stored without a mapping
+ * of its pages. -EIO when <src_fd> ends before <len> bytes. */
+int chunkfile_write_tmp_from(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                             int src_fd, off_t src_off, size_t len, bool durable)
+    __attribute__((warn_unused_result));
 int chunkfile_commit(int dirfd, const char *tmp_path, const char *final_path)
     __attribute__((warn_unused_result));
 

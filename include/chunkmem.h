@@ -25,7 +25,9 @@
  * (shmem_enabled) and chunks of 2 MiB or more that can be up to a huge page per socket more
  * than the bytes themselves.
  *
- * Used from one thread at a time (the loop's); the I/O pool only reads blocks it was handed.
+ * Used from one thread at a time (the loop's); the I/O pool only reads blocks it was handed (a
+ * block in the file with pread() from chunkmem_fd(), which leaves the process's page tables as
+ * they were, as chunkmem_write does).
  */
 #ifndef CACHEPARTY_CHUNKMEM_H
 #define CACHEPARTY_CHUNKMEM_H
@@ -63,10 +65,13 @@ size_t chunkmem_slot_size(const struct chunkmem *m);
  * memory, no mapping, or the file cannot grow) with <b> cleared. */
 int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     __attribute__((warn_unused_result));
-/* Makes the pages of bytes [off, off + len) of <b> ready to be written in one system call
- * (MADV_POPULATE_WRITE), where a write would otherwise fault once per page: a fresh mapping of
- * the file has none. Nothing for a malloc'd block, or where the kernel cannot (before 5.14). */
-void chunkmem_prepare(struct chunkmem *m, const struct chunkmem_block *b, size_t off, size_t len);
+/* Copies <src>[0..len) to bytes [off, off + len) of <b>. A block in the file is written with
+ * pwrite(): the kernel copies into the file's pages through its own mapping, so the process's
+ * page tables gain nothing and a fresh page is never zeroed first (a write through <data> would
+ * fault each page in, zeroed, then copy). Where pwrite() fails the bytes are copied through
+ * <data>, as a malloc'd block's are. */
+void chunkmem_write(const struct chunkmem *m, const struct chunkmem_block *b, size_t off,
+                    const void *src, size_t len);
 /* Releases <b> (a block of <m>, or a cleared one: nothing to do) and clears it. */
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b);
 /* Blocks held now, and of them those in the file (for tests). */

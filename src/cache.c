@@ -1010,7 +1010,12 @@ static void on_store_work(struct iojob *j)
         m.response_time = h->response_time;
         m.initial_age = h->initial_age;
     }
-    sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->mem_block.data, ck->cap, false);
+    /* A block in the memory file is read with pread(), never through its mapping (chunkmem.h). */
+    if (ck->mem_block.in_file)
+        sj->rc = chunkfile_write_tmp_from(AT_FDCWD, sj->tmp, &m, chunkmem_fd(sj->c->mem),
+                                          ck->mem_block.off, ck->cap, false);
+    else
+        sj->rc = chunkfile_write_tmp(AT_FDCWD, sj->tmp, &m, ck->mem_block.data, ck->cap, false);
     if (sj->rc < 0)
         return;
     pthread_mutex_lock(&sj->c->disk_mu);
@@ -1398,8 +1403,7 @@ void cache_chunk_commit(struct chunk *ck, uint64_t off, const char *data, size_t
 {
     CHECK_OBJ(ck, CHUNK_MAGIC);
     ASSERT(cache_chunk_fits(ck, off, len) && ck->mem_block.data != NULL);
-    chunkmem_prepare(ck->cache->mem, &ck->mem_block, off, len);
-    memcpy(ck->mem_block.data + off, data, len);
+    chunkmem_write(ck->cache->mem, &ck->mem_block, (size_t)off, data, len);
     int p = part_ending_at(ck, off);
     if (p == 0)
         ck->len += len;

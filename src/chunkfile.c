@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "range.h"
@@ -223,21 +224,68 @@ static int write_all(int fd, const void *p, size_t len)
     return 0;
 }
 
-int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
-                        const void *body, size_t len, bool durable)
+/* Where a body comes from: <mem> (borrowed), or when that is NULL file <fd> from <off>. */
+struct body_src {
+    const uint8_t *mem;
+    int fd;
+    off_t off;
+};
+
+/* Appends <len> bytes of <src> to <fd> in steps of UTIL_IO_STEP, hashing them on the way
+ * (XXH3 streamed: the same value as chunkfile_body_hash of the whole). 0 with <*hash> set, or
+ * -errno (-EIO when the source file ends first). */
+static int copy_body(int fd, const struct body_src *src, size_t len, uint64_t *hash)
+{
+    uint8_t buf[UTIL_IO_STEP]; /* (a file source's step: on the writer's stack) */
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < UTIL_IO_STEP ? len - done : UTIL_IO_STEP;
+        const uint8_t *p = buf;
+        if (src->mem != NULL) {
+            p = src->mem + done;
+        } else {
+            int rc = util_pread_exact(src->fd, buf, n, src->off + (off_t)done);
+            if (rc < 0)
+                return rc == -ENODATA ? -EIO : rc;
+        }
+        XXH3_64bits_update(&st, p, n);
+        int rc = write_all(fd, p, n);
+        if (rc < 0)
+            return rc;
+        done += n;
+    }
+    *hash = XXH3_64bits_digest(&st);
+    return 0;
+}
+
+/* chunkfile_write_tmp from <src>: the header is written with a placeholder hash, the body
+ * after it in one pass that hashes it, then the header again with the body's hash. */
+static int write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                     const struct body_src *src, size_t len, bool durable)
 {
     uint8_t hdr[CHUNKFILE_HDR_MAX];
     ASSERT(len == m->data_len);
-    size_t hl = chunkfile_header_build(m, chunkfile_body_hash(body, len), hdr, sizeof(hdr));
+    size_t hl = chunkfile_header_build(m, 0, hdr, sizeof(hdr));
     if (hl == 0)
         return -EINVAL;
 
     int fd = openat(dirfd, tmp_path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno; /* not ours: never unlink a tmp file we did not create */
+    uint64_t hash = 0;
     int rc = write_all(fd, hdr, hl);
     if (rc == 0)
-        rc = write_all(fd, body, len);
+        rc = copy_body(fd, src, len, &hash);
+    if (rc == 0) {
+        size_t again = chunkfile_header_build(m, hash, hdr, sizeof(hdr));
+        ASSERT(again == hl); /* (the hash is a fixed-size field) */
+        ssize_t n;
+        do {
+            n = pwrite(fd, hdr, hl, 0);
+        } while (n < 0 && errno == EINTR);
+        rc = n < 0 ? -errno : (size_t)n != hl ? -EIO : 0;
+    }
     if (rc == 0 && durable && fdatasync(fd) < 0)
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
@@ -245,6 +293,21 @@ int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_
     if (rc < 0)
         (void)unlinkat(dirfd, tmp_path, 0);
     return rc;
+}
+
+int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                        const void *body, size_t len, bool durable)
+{
+    const struct body_src src = {.mem = len > 0 ? body : (const uint8_t *)"", .fd = -1};
+    return write_tmp(dirfd, tmp_path, m, &src, len, durable);
+}
+
+int chunkfile_write_tmp_from(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
+                             int src_fd, off_t src_off, size_t len, bool durable)
+{
+    ASSERT(src_fd >= 0);
+    const struct body_src src = {.mem = NULL, .fd = src_fd, .off = src_off};
+    return write_tmp(dirfd, tmp_path, m, &src, len, durable);
 }
 
 int chunkfile_commit(int dirfd, const char *tmp_path, const char *final_path)

@@ -40,7 +40,6 @@ struct chunkmem {
     size_t max_mapped; /* blocks in the file at once, at most */
     bool broken;       /* a punch failed: no block goes in the file any more */
     bool told_full;    /* max_mapped was reached once (logged) */
-    bool no_populate;  /* the kernel has no MADV_POPULATE_WRITE: chunkmem_prepare does nothing */
 };
 
 /* The number at the start of kernel file <path>, or 0 when it cannot be read. */
@@ -243,16 +242,25 @@ int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     return 0;
 }
 
-void chunkmem_prepare(struct chunkmem *m, const struct chunkmem_block *b, size_t off, size_t len)
+void chunkmem_write(const struct chunkmem *m, const struct chunkmem_block *b, size_t off,
+                    const void *src, size_t len)
 {
-    if (!b->in_file || len == 0 || m->no_populate)
-        return;
     ASSERT(off <= b->len && len <= b->len - off);
-    size_t start = off / m->page * m->page, end = round_up(off + len, m->page);
-    if (madvise(b->data + start, end - start, MADV_POPULATE_WRITE) < 0 &&
-        (errno == EINVAL || errno == ENOSYS || errno == EPERM))
-        m->no_populate = true; /* not here, or not allowed: not asked again */
-    /* (Other errors: the write faults its pages in, as without.) */
+    const char *p = src;
+    if (b->in_file) {
+        while (len > 0) {
+            ssize_t n = pwrite(m->fd, p, len, b->off + (off_t)off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break; /* (no memory for a page: the copy below faults it in, or fails, as any) */
+            p += n;
+            off += (size_t)n;
+            len -= (size_t)n;
+        }
+    }
+    if (len > 0)
+        memcpy(b->data + off, p, len);
 }
 
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)

@@ -839,6 +839,60 @@ static void test_chunkfile_io_moves_at_most_a_step_per_call(void **state)
     free(out);
 }
 
+/* A body copied from another file (chunkfile_write_tmp_from: a chunk in memory-file memory)
+ * makes the same file, byte for byte, as from memory; it moves in steps; a source that ends
+ * early or a failed write leaves no tmp file. */
+static void test_chunkfile_write_tmp_from_a_file_is_the_same_file(void **state)
+{
+    struct fx *fx = *state;
+    const uint64_t cs = (1u << 20) + 100; /* more than a step, not a multiple of one */
+    const off_t at = 4097;                /* where the body starts in the source */
+    uint8_t *src = calloc(1, (size_t)at + cs), *a = malloc(2 * cs), *b = malloc(2 * cs);
+    assert_non_null(src);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill_body(src + at, cs, 5);
+    char srcpath[300], tmp2[300];
+    snprintf(srcpath, sizeof(srcpath), "%s/source", fx->dir);
+    put_file(srcpath, src, (size_t)at + cs);
+    int sfd = open(srcpath, O_RDONLY);
+    assert_true(sfd >= 0);
+    struct chunkfile_meta m = meta_for(KEY, 0, cs, 2 * cs);
+    paths_for(fx, KEY, 0);
+    snprintf(tmp2, sizeof(tmp2), "%s.2", fx->tmp);
+    assert_int_equal(chunkfile_write_tmp(AT_FDCWD, fx->tmp, &m, src + at, cs, false), 0);
+    faults_reset();
+    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at, cs, false), 0);
+    assert_true(g_read_most > 0 && g_read_most <= UTIL_IO_STEP);
+    assert_true(g_write_most > 0 && g_write_most <= UTIL_IO_STEP);
+    size_t na = read_file(fx->tmp, a, 2 * cs), nb = read_file(tmp2, b, 2 * cs);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    assert_int_equal(unlink(fx->tmp), 0);
+    assert_int_equal(chunkfile_commit(AT_FDCWD, tmp2, fx->path), 0);
+    struct chunkfile_info info;
+    size_t blen = 0;
+    off_t boff = 0;
+    assert_int_equal(chunkfile_read_verify(AT_FDCWD, fx->path, KEY, strlen(KEY), cs, 0, &info, a,
+                                           2 * cs, &blen, &boff),
+                     0);
+    assert_int_equal(blen, cs);
+    assert_memory_equal(a, src + at, cs);
+    /* The source ends a byte early: -EIO, no tmp file. */
+    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at + 1, cs, false), -EIO);
+    assert_false(exists(tmp2));
+    /* The disk fills on the second write (the first step of the body): no tmp file. */
+    faults_reset();
+    g_write_fail_at = 2;
+    g_write_errno = ENOSPC;
+    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at, cs, false), -ENOSPC);
+    assert_false(exists(tmp2));
+    close(sfd);
+    free(src);
+    free(a);
+    free(b);
+}
+
 static void test_chunkfile_write_creates_shard_subdirs_lazily(void **state)
 {
     struct fx *fx = *state;
@@ -1235,6 +1289,8 @@ int main(void)
         cmocka_unit_test(test_chunkfile_key_hash_known_vector),
         cmocka_unit_test_setup_teardown(test_chunkfile_io_moves_at_most_a_step_per_call, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_chunkfile_write_tmp_from_a_file_is_the_same_file,
+                                        setup, teardown),
         cmocka_unit_test(test_chunkfile_key_hash_stable_and_distinct),
         cmocka_unit_test(test_chunkfile_path_layout),
         cmocka_unit_test(test_chunkfile_path_too_small_is_enametoolong),
