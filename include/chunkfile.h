@@ -147,8 +147,9 @@ int chunkfile_header_parse(const uint8_t *buf, size_t len, struct chunkfile_meta
  * are created (chunkfile_mkdirs) and the rename retried once.
  * <durable>: with true, the data is on disk before the rename, so after a power loss the final
  * name holds a whole file or nothing. With false (faster, no flush per chunk) the rename may reach
- * the disk before the data, and a crash can leave a final file that is empty, truncated or holds
- * zeroes: chunkfile_read_verify() rejects it as -EBADMSG, a miss. The directory is never
+ * the disk before the data, and a crash can leave a final file that is empty, truncated, holds
+ * zeroes or its placeholder header (the header is written last, the body's hash in it):
+ * chunkfile_read_verify() rejects it as -EBADMSG, a miss. The directory is never
  * fsync()ed: a lost rename is only a miss.
  * Returns 0, or -errno (-EINVAL for a meta that is not valid, -ENOSPC, -EIO, -EEXIST when
  * <tmp_path> already exists...); on any error after creating <tmp_path> it is unlinked, and
@@ -163,9 +164,10 @@ int chunkfile_write(int dirfd, const char *tmp_path, const char *final_path,
 int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
                         const void *body, size_t len, bool durable)
     __attribute__((warn_unused_result));
-/* chunkfile_write_tmp() with the body read from file <src_fd> at <src_off> (pread(), in steps,
- * hashed as it is copied): a chunk in the memory file of chunkmem.h is stored without a mapping
- * of its pages. -EIO when <src_fd> ends before <len> bytes. */
+/* chunkfile_write_tmp() with the body read from file <src_fd> (borrowed: not closed, its offset
+ * unchanged) at <src_off>, with pread() in steps, hashed as it is copied: a chunk in the memory
+ * file of chunkmem.h is stored without a mapping of its pages. -ENODATA when <src_fd> cannot be
+ * read whole (it ends before <len> bytes, or a read fails); the other errors are the tmp file's. */
 int chunkfile_write_tmp_from(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
                              int src_fd, off_t src_off, size_t len, bool durable)
     __attribute__((warn_unused_result));

@@ -57,7 +57,8 @@ struct chunkmem_block {
 struct chunkmem *chunkmem_new(size_t max_block, bool by_ref, size_t max_mapped);
 /* Every block must have been released. NULL-safe; clears *<m>. */
 void chunkmem_free(struct chunkmem **m);
-/* The memory file to send blocks from by reference (those <in_file>), or -1 (malloc kind). */
+/* The memory file to send blocks from by reference (those <in_file>), or -1 (malloc kind).
+ * The same for <m>'s whole life: an I/O thread may read it (and pread the file). */
 int chunkmem_fd(const struct chunkmem *m);
 /* The size of a slot in the memory file (0 for the malloc kind). */
 size_t chunkmem_slot_size(const struct chunkmem *m);
@@ -67,11 +68,12 @@ int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     __attribute__((warn_unused_result));
 /* Copies <src>[0..len) to bytes [off, off + len) of <b>. A block in the file is written with
  * pwrite(): the kernel copies into the file's pages through its own mapping, so the process's
- * page tables gain nothing and a fresh page is never zeroed first (a write through <data> would
- * fault each page in, zeroed, then copy). Where pwrite() fails the bytes are copied through
- * <data>, as a malloc'd block's are. */
-void chunkmem_write(const struct chunkmem *m, const struct chunkmem_block *b, size_t off,
-                    const void *src, size_t len);
+ * page tables gain nothing, and of a new page only what the write leaves is zeroed (a write
+ * through <data> would fault each page in, zeroed whole, then copy). Where pwrite() fails
+ * (counted in errors_total{kind="chunk_memory"}, logged once) the rest is copied through
+ * <data>, as a malloc'd block's bytes are. */
+void chunkmem_write(struct chunkmem *m, const struct chunkmem_block *b, size_t off, const void *src,
+                    size_t len);
 /* Releases <b> (a block of <m>, or a cleared one: nothing to do) and clears it. */
 void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b);
 /* Blocks held now, and of them those in the file (for tests). */

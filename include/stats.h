@@ -154,8 +154,8 @@
     X(cache_disk_write_errors, counter, "errors_total", "disk_write",                              \
       "chunk files that could not be written")                                                     \
     X(cache_purged, counter, "cache_purged_chunks_total", NULL, "chunks removed by PURGE")         \
-    X(chunkmem_punch_failed, counter, "errors_total", "chunk_memory",                              \
-      "chunk memory slots that could not be released (see chunkmem.h)")                            \
+    X(chunkmem_errors, counter, "errors_total", "chunk_memory",                                    \
+      "chunk memory slots that could not be released, and writes to its file that failed")         \
     X(sent_mem_copy, counter, "sent_bytes_total", "memory_copy",                                   \
       "cached body bytes sent to clients as copies of chunk memory")                               \
     X(sent_mem_ref, counter, "sent_bytes_total", "memory_reference",                               \

@@ -232,8 +232,9 @@ struct body_src {
 };
 
 /* Appends <len> bytes of <src> to <fd> in steps of UTIL_IO_STEP, hashing them on the way
- * (XXH3 streamed: the same value as chunkfile_body_hash of the whole). 0 with <*hash> set, or
- * -errno (-EIO when the source file ends first). */
+ * (XXH3 streamed: the same value as chunkfile_body_hash of the whole). 0 with <*hash> set,
+ * -ENODATA when the source file cannot be read whole (it ends first, or a read fails: not the
+ * destination's fault), or -errno of a write. */
 static int copy_body(int fd, const struct body_src *src, size_t len, uint64_t *hash)
 {
     uint8_t buf[UTIL_IO_STEP]; /* (a file source's step: on the writer's stack) */
@@ -245,9 +246,8 @@ static int copy_body(int fd, const struct body_src *src, size_t len, uint64_t *h
         if (src->mem != NULL) {
             p = src->mem + done;
         } else {
-            int rc = util_pread_exact(src->fd, buf, n, src->off + (off_t)done);
-            if (rc < 0)
-                return rc == -ENODATA ? -EIO : rc;
+            if (util_pread_exact(src->fd, buf, n, src->off + (off_t)done) < 0)
+                return -ENODATA;
         }
         XXH3_64bits_update(&st, p, n);
         int rc = write_all(fd, p, n);
@@ -259,8 +259,8 @@ static int copy_body(int fd, const struct body_src *src, size_t len, uint64_t *h
     return 0;
 }
 
-/* chunkfile_write_tmp from <src>: the header is written with a placeholder hash, the body
- * after it in one pass that hashes it, then the header again with the body's hash. */
+/* chunkfile_write_tmp from <src>: a placeholder header (no magic: a file left at that point
+ * fails at its first bytes), the body after it in one pass that hashes it, then the header. */
 static int write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
                      const struct body_src *src, size_t len, bool durable)
 {
@@ -274,17 +274,14 @@ static int write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_met
     if (fd < 0)
         return -errno; /* not ours: never unlink a tmp file we did not create */
     uint64_t hash = 0;
+    memset(hdr, 0, MAGIC_LEN);
     int rc = write_all(fd, hdr, hl);
     if (rc == 0)
         rc = copy_body(fd, src, len, &hash);
     if (rc == 0) {
         size_t again = chunkfile_header_build(m, hash, hdr, sizeof(hdr));
         ASSERT(again == hl); /* (the hash is a fixed-size field) */
-        ssize_t n;
-        do {
-            n = pwrite(fd, hdr, hl, 0);
-        } while (n < 0 && errno == EINTR);
-        rc = n < 0 ? -errno : (size_t)n != hl ? -EIO : 0;
+        rc = lseek(fd, 0, SEEK_SET) < 0 ? -errno : write_all(fd, hdr, hl);
     }
     if (rc == 0 && durable && fdatasync(fd) < 0)
         rc = -errno;

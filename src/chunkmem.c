@@ -40,6 +40,7 @@ struct chunkmem {
     size_t max_mapped; /* blocks in the file at once, at most */
     bool broken;       /* a punch failed: no block goes in the file any more */
     bool told_full;    /* max_mapped was reached once (logged) */
+    bool told_write;   /* a write to the file failed once (logged) */
 };
 
 /* The number at the start of kernel file <path>, or 0 when it cannot be read. */
@@ -242,22 +243,29 @@ int chunkmem_get(struct chunkmem *m, size_t len, struct chunkmem_block *b)
     return 0;
 }
 
-void chunkmem_write(const struct chunkmem *m, const struct chunkmem_block *b, size_t off,
-                    const void *src, size_t len)
+void chunkmem_write(struct chunkmem *m, const struct chunkmem_block *b, size_t off, const void *src,
+                    size_t len)
 {
     ASSERT(off <= b->len && len <= b->len - off);
     const char *p = src;
-    if (b->in_file) {
-        while (len > 0) {
-            ssize_t n = pwrite(m->fd, p, len, b->off + (off_t)off);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break; /* (no memory for a page: the copy below faults it in, or fails, as any) */
-            p += n;
-            off += (size_t)n;
-            len -= (size_t)n;
+    while (b->in_file && len > 0) {
+        ssize_t n = pwrite(m->fd, p, len, b->off + (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            /* (No page for it, ENOMEM: the copy below takes one as a fault, as a malloc'd
+             * block's first write does, or the process fails as it would there.) */
+            g_stats.chunkmem_errors++;
+            if (!m->told_write)
+                log_err("chunk memory: a write to its file failed (%s): copied through the "
+                        "mapping instead (counted in errors_total{kind=\"chunk_memory\"})",
+                        n < 0 ? strerror(errno) : "nothing written");
+            m->told_write = true;
+            break;
         }
+        p += n;
+        off += (size_t)n;
+        len -= (size_t)n;
     }
     if (len > 0)
         memcpy(b->data + off, p, len);
@@ -278,7 +286,7 @@ void chunkmem_put(struct chunkmem *m, struct chunkmem_block *b)
         if (punch(m->fd, b->off, m->slot) == 0) {
             give_slot(m, b->slot);
         } else {
-            g_stats.chunkmem_punch_failed++;
+            g_stats.chunkmem_errors++;
             if (!m->broken)
                 log_err("chunk memory: releasing a slot failed (%s): it is not used again, and "
                         "chunk bytes are copied to clients from now on",

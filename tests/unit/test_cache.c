@@ -10,6 +10,7 @@
 #include "cache.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -458,6 +459,68 @@ static void test_many_readers_share_one_disk_lookup(void **state)
     assert_bytes(cks[1], "\"v1\""); /* from the file */
     for (int i = 0; i < 3; i++)
         cache_chunk_unref(&cks[i]);
+}
+
+/* A chunk of CHUNKMEM_REF_MIN or more lives in the memory file (chunkmem.h) and is stored from
+ * it (pread, chunkfile_write_tmp_from): each file holds exactly the bytes committed, in pieces
+ * as a fill commits them, the short last chunk too. */
+static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t big = 256 * 1024;
+    static char dir[sizeof(f->dir) + 8]; /* (a dir of its own: a dir keeps its chunk size) */
+    snprintf(dir, sizeof(dir), "%s/big", f->dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    drop_misses(f);
+    cache_free(&f->cache);
+    f->cfg.dirs[0] = dir;
+    f->cfg.chunk_size = big;
+    f->cfg.memory_size = 4 * big;
+    cache_open(f);
+    struct cache_meta m = meta_of(big + big / 2, "\"v9\"");
+    char *want = malloc(big), *got = malloc(big);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (uint64_t index = 0; index < 2; index++) {
+        struct chunk *ck = NULL;
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
+                         CACHE_MISS);
+        assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+        assert_int_equal(cache_chunk_reserve(ck), 0);
+        uint64_t cap = cache_chunk_cap(ck);
+        assert_int_equal(cap, index == 0 ? big : big / 2);
+        for (uint64_t i = 0; i < cap; i++)
+            want[i] = byte_at(index * big + i, m.etag);
+        const uint64_t cut[] = {0, 1000, 70001, cap};
+        for (int p = 0; p < 3; p++)
+            cache_chunk_commit(ck, cut[p], want + cut[p], (size_t)(cut[p + 1] - cut[p]));
+        struct chunk_bytes cb;
+        cache_chunk_bytes(ck, 0, &cb);
+        assert_true(cb.fd >= 0); /* in the memory file, not malloc'd */
+        cache_chunk_seal(ck);
+        cache_chunk_unref(&ck);
+    }
+    wait_stores(f);
+    assert_int_equal(g_stats.cache_disk_writes, 2);
+    restart(f);
+    for (uint64_t index = 0; index < 2; index++) {
+        char path[PATH_MAX];
+        uint8_t obj[16];
+        cache_obj_hash(KEY, KEY_LEN, obj);
+        assert_int_equal(chunkfile_path(path, sizeof(path), dir, obj, index), 0);
+        struct chunkfile_info info;
+        size_t blen = 0;
+        off_t boff = 0;
+        assert_int_equal(chunkfile_read_verify(AT_FDCWD, path, KEY, KEY_LEN, big, index, &info, got,
+                                               big, &blen, &boff),
+                         0);
+        assert_int_equal(blen, index == 0 ? big : big / 2);
+        for (uint64_t i = 0; i < blen; i++)
+            want[i] = byte_at(index * big + i, m.etag);
+        assert_memory_equal(got, want, blen);
+    }
+    free(want);
+    free(got);
 }
 
 static void test_a_damaged_file_is_a_disk_miss_handed_to_the_filler(void **state)
@@ -1182,6 +1245,7 @@ int main(void)
         T(test_readers_of_a_chunk_failed_with_an_answer_share_it),
         T(test_a_two_part_chunk_takes_both_parts_and_joins_them),
         T(test_many_readers_share_one_disk_lookup),
+        T(test_a_chunk_in_the_memory_file_is_stored_byte_for_byte),
         T(test_a_damaged_file_is_a_disk_miss_handed_to_the_filler),
         T(test_a_probe_that_misses_on_disk_fails_to_be_forwarded),
         T(test_eviction_never_takes_a_chunk_with_readers),

@@ -33,16 +33,17 @@
 
 /* ---- write() / fdatasync() fault injection ---- */
 
-static int g_write_calls;   /* write() calls since the last reset */
-static int g_write_fail_at; /* fail this call (1-based) with g_write_errno; 0: never */
-static int g_write_errno;   /* errno for the failing call */
-static size_t g_write_max;  /* cap each write() at this many bytes; 0: no cap */
-static size_t g_write_most; /* the most bytes one write() was asked to move */
-static int g_write_eintr;   /* fail this many calls with EINTR first */
-static size_t g_read_most;  /* the most bytes one pread() was asked for */
-static int g_read_calls;    /* pread() calls since the last reset */
-static int g_sync_calls;    /* fdatasync() calls */
-static int g_sync_errno;    /* fail fdatasync() with this errno; 0: succeed */
+static int g_write_calls;        /* write() calls since the last reset */
+static int g_write_fail_at;      /* fail this call (1-based) with g_write_errno; 0: never */
+static int g_write_errno;        /* errno for the failing call */
+static size_t g_write_max;       /* cap each write() at this many bytes; 0: no cap */
+static size_t g_write_most;      /* the most bytes one write() was asked to move */
+static int g_write_eintr;        /* fail this many calls with EINTR first */
+static size_t g_read_most;       /* the most bytes one pread() was asked for */
+static int g_read_calls;         /* pread() calls since the last reset */
+static int g_sync_calls;         /* fdatasync() calls */
+static int g_sync_errno;         /* fail fdatasync() with this errno; 0: succeed */
+static uint8_t g_write_first[8]; /* the first bytes the first write() was asked to move */
 
 static void faults_reset(void)
 {
@@ -60,6 +61,8 @@ int __wrap_fdatasync(int fd);
 ssize_t __wrap_write(int fd, const void *buf, size_t count)
 {
     g_write_calls++;
+    if (g_write_calls == 1)
+        memcpy(g_write_first, buf, count < sizeof(g_write_first) ? count : sizeof(g_write_first));
     if (count > g_write_most)
         g_write_most = count;
     if (g_write_eintr > 0) {
@@ -878,8 +881,9 @@ static void test_chunkfile_write_tmp_from_a_file_is_the_same_file(void **state)
                      0);
     assert_int_equal(blen, cs);
     assert_memory_equal(a, src + at, cs);
-    /* The source ends a byte early: -EIO, no tmp file. */
-    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at + 1, cs, false), -EIO);
+    /* The source ends a byte early: -ENODATA (not the disk's error), no tmp file. */
+    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at + 1, cs, false),
+                     -ENODATA);
     assert_false(exists(tmp2));
     /* The disk fills on the second write (the first step of the body): no tmp file. */
     faults_reset();
@@ -1048,6 +1052,33 @@ static void test_chunkfile_write_eio_removes_tmp(void **state)
 {
     struct fx *fx = *state;
     write_fails(fx, 2, EIO, false, 0);
+    assert_false(exists(fx->path));
+}
+
+/* The header is written first without its magic and again, whole, after the body: a file left
+ * in between is not a chunk file; a failure of that last write leaves no tmp file. */
+static void test_chunkfile_write_header_goes_last(void **state)
+{
+    struct fx *fx = *state;
+    struct chunkfile_meta m = meta_for(KEY, 0, CS, TOTAL);
+    struct chunkfile_info info;
+    paths_for(fx, KEY, 0);
+    fill_body(fx->body, CS, 0);
+    faults_reset();
+    assert_int_equal(chunkfile_write(AT_FDCWD, fx->tmp, fx->path, &m, fx->body, CS, false), 0);
+    int calls = g_write_calls;
+    assert_true(calls >= 3);
+    static const uint8_t none[8];
+    assert_memory_equal(g_write_first, none, sizeof(none));
+    uint8_t head[8];
+    int fd = open(fx->path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, head, sizeof(head), 0), (ssize_t)sizeof(head));
+    close(fd);
+    assert_memory_not_equal(head, none, sizeof(none));
+    assert_int_equal(verify(fx, KEY, CS, 0, &info), 0);
+    assert_int_equal(unlink(fx->path), 0);
+    write_fails(fx, calls, ENOSPC, false, 0);
     assert_false(exists(fx->path));
 }
 
@@ -1291,6 +1322,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_chunkfile_write_tmp_from_a_file_is_the_same_file,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunkfile_write_header_goes_last, setup, teardown),
         cmocka_unit_test(test_chunkfile_key_hash_stable_and_distinct),
         cmocka_unit_test(test_chunkfile_path_layout),
         cmocka_unit_test(test_chunkfile_path_too_small_is_enametoolong),

@@ -1,3 +1,4 @@
+/* LDFLAGS: -Wl,--wrap=pwrite,--wrap=pwrite64 */
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_chunkmem: chunk memory blocks (chunkmem.h): the malloc kind and the memory-file kind,
@@ -5,7 +6,9 @@
  * slots, short blocks and blocks past the mapping limit malloc'd, empty blocks, and the property a
  * by-reference send relies on: bytes a TCP socket queued from a block by sendfile arrive as they
  * were when sent, after the block was released and its slot was reused and overwritten by the next
- * block; chunkmem_write puts bytes in the file without mapping its pages into the process.
+ * block; chunkmem_write puts bytes in the file without mapping its pages into the process, through
+ * short and interrupted writes, and a write that fails is counted and its bytes copied through the
+ * mapping (pwrite() is wrapped, --wrap, to make it so).
  */
 #include "chunkmem.h"
 
@@ -17,12 +20,62 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "stats.h"
+
+/* ---- pwrite() fault injection ---- */
+
+static size_t g_pw_max;  /* cap each pwrite() at this many bytes; 0: no cap */
+static int g_pw_eintr;   /* fail this many calls with EINTR first */
+static int g_pw_fail_at; /* from this call (1-based) on, fail with g_pw_errno; 0: never */
+static int g_pw_errno;   /* errno of the failing calls */
+static int g_pw_calls;   /* pwrite() calls since the last reset */
+
+static void pw_reset(void)
+{
+    g_pw_max = 0;
+    g_pw_eintr = g_pw_fail_at = g_pw_errno = g_pw_calls = 0;
+}
+
+/* pwrite() and pwrite64() (what _FILE_OFFSET_BITS=64 makes of it on 32-bit systems). */
+ssize_t __real_pwrite(int fd, const void *buf, size_t count, off_t off);
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t count, off_t off);
+ssize_t __real_pwrite64(int fd, const void *buf, size_t count, off_t off);
+ssize_t __wrap_pwrite64(int fd, const void *buf, size_t count, off_t off);
+
+static bool pw_fault(size_t *count)
+{
+    g_pw_calls++;
+    if (g_pw_eintr > 0) {
+        g_pw_eintr--;
+        errno = EINTR;
+        return true;
+    }
+    if (g_pw_fail_at != 0 && g_pw_calls >= g_pw_fail_at) {
+        errno = g_pw_errno;
+        return true;
+    }
+    if (g_pw_max != 0 && *count > g_pw_max)
+        *count = g_pw_max;
+    return false;
+}
+
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t count, off_t off)
+{
+    return pw_fault(&count) ? -1 : __real_pwrite(fd, buf, count, off);
+}
+
+ssize_t __wrap_pwrite64(int fd, const void *buf, size_t count, off_t off)
+{
+    return pw_fault(&count) ? -1 : __real_pwrite64(fd, buf, count, off);
+}
 
 #define MIB ((size_t)1 << 20)
 
@@ -124,18 +177,18 @@ static void test_write_fills_the_file_without_mapping_its_pages(void **state)
     assert_int_equal(chunkmem_get(m, MIB, &b), 0);
     assert_false(c.in_file);
     assert_true(b.in_file);
-    char src[3 * 4096];
-    for (size_t i = 0; i < sizeof(src); i++)
+    char *src = malloc(3 * page), *back = malloc(3 * page);
+    assert_non_null(src);
+    assert_non_null(back);
+    for (size_t i = 0; i < 3 * page; i++)
         src[i] = (char)('a' + i % 23);
     /* Bytes [page + 10, 3 * page + 1), and the block's last byte. */
     size_t len = 2 * page - 9;
-    assert_true(len <= sizeof(src));
     chunkmem_write(m, &b, page + 10, src, len);
     chunkmem_write(m, &b, MIB - 1, "z", 1);
     chunkmem_write(m, &c, 90, src, 10);
     /* In the file, and not one page of them in the process's page tables. */
     long before = mapped_kib(b.data);
-    char back[3 * 4096];
     assert_int_equal(pread(chunkmem_fd(m), back, len + 2, b.off + (off_t)page + 9),
                      (ssize_t)len + 2);
     assert_int_equal(back[0], 0);
@@ -148,12 +201,70 @@ static void test_write_fills_the_file_without_mapping_its_pages(void **state)
     assert_int_equal(b.data[MIB - 1], 'z');
     assert_memory_equal(c.data + 90, src, 10);
     long after = mapped_kib(b.data);
+    free(src);
+    free(back);
     chunkmem_put(m, &c);
     chunkmem_put(m, &b);
     chunkmem_free(&m);
     if (before < 0 || after <= 0)
         skip(); /* (this system does not say what a mapping holds) */
     assert_int_equal(before, 0);
+}
+
+/* Writes <len> bytes of a pattern at <off> of a new block in the file, under the faults set
+ * up, and checks them in the file and through the mapping; with <all_by_pwrite>, also that none
+ * went through the mapping (where smaps says). */
+static void write_under_faults(size_t len, size_t off, bool all_by_pwrite)
+{
+    struct chunkmem *m = chunkmem_new(MIB, true, 0);
+    need_file(m);
+    struct chunkmem_block b;
+    assert_int_equal(chunkmem_get(m, MIB, &b), 0);
+    assert_true(b.in_file);
+    char *src = malloc(len), *back = malloc(len);
+    assert_non_null(src);
+    assert_non_null(back);
+    for (size_t i = 0; i < len; i++)
+        src[i] = (char)('A' + i % 29);
+    chunkmem_write(m, &b, off, src, len);
+    int calls = g_pw_calls;
+    pw_reset();
+    assert_true(calls > 0);
+    long kib = mapped_kib(b.data);
+    if (all_by_pwrite && kib >= 0)
+        assert_int_equal(kib, 0);
+    if (!all_by_pwrite)
+        assert_true(kib != 0);
+    assert_int_equal(pread(chunkmem_fd(m), back, len, b.off + (off_t)off), (ssize_t)len);
+    assert_memory_equal(back, src, len);
+    assert_memory_equal(b.data + off, src, len);
+    free(src);
+    free(back);
+    chunkmem_put(m, &b);
+    chunkmem_free(&m);
+}
+
+static void test_write_completes_short_and_interrupted_writes(void **state)
+{
+    (void)state;
+    memset(&g_stats, 0, sizeof(g_stats));
+    pw_reset();
+    g_pw_max = 1000;
+    g_pw_eintr = 2;
+    write_under_faults(100 * 1000 + 7, 333, true);
+    assert_int_equal(g_stats.chunkmem_errors, 0);
+}
+
+static void test_a_failed_write_is_counted_and_copied_through_the_mapping(void **state)
+{
+    (void)state;
+    memset(&g_stats, 0, sizeof(g_stats));
+    pw_reset();
+    g_pw_max = 4096;
+    g_pw_fail_at = 3; /* two steps written, then ENOMEM */
+    g_pw_errno = ENOMEM;
+    write_under_faults(5 * 4096 + 1, 17, false);
+    assert_int_equal(g_stats.chunkmem_errors, 1);
 }
 
 static void test_file_grows_past_its_first_slots(void **state)
@@ -290,6 +401,8 @@ int main(void)
         cmocka_unit_test(test_malloc_kind_has_no_file_and_gives_blocks),
         cmocka_unit_test(test_file_kind_slots_are_whole_pmds_and_reused),
         cmocka_unit_test(test_write_fills_the_file_without_mapping_its_pages),
+        cmocka_unit_test(test_write_completes_short_and_interrupted_writes),
+        cmocka_unit_test(test_a_failed_write_is_counted_and_copied_through_the_mapping),
         cmocka_unit_test(test_file_grows_past_its_first_slots),
         cmocka_unit_test(test_short_blocks_and_blocks_past_the_mapping_limit_are_malloced),
         cmocka_unit_test(test_empty_blocks),
