@@ -1049,6 +1049,13 @@ static void on_store_done(struct iojob *j)
                         cache_inv_group(c, ck->key, ck->key_len));
             verified_mark(c, ck->obj, ck->index, &sj->sb);
         }
+    } else if (sj->rc == -ENODATA && ck->mem_block.in_file) {
+        /* The memory file could not be read back (chunkfile_write_tmp_from): not the disk's. */
+        g_stats.chunkmem_errors++;
+        if (g_stats.chunkmem_errors < 10 || g_stats.chunkmem_errors % 1000 == 0)
+            log_err("cache: cannot store %s: chunk memory could not be read back (kept in memory "
+                    "only; %llu chunk memory errors)",
+                    sj->path, (unsigned long long)g_stats.chunkmem_errors);
     } else if (sj->rc != 0 && sj->rc != -ECANCELED) {
         g_stats.cache_disk_write_errors++;
         if (g_stats.cache_disk_write_errors < 10 || g_stats.cache_disk_write_errors % 1000 == 0)

@@ -295,6 +295,7 @@ static int write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_met
 int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_meta *m,
                         const void *body, size_t len, bool durable)
 {
+    ASSERT(body != NULL || len == 0);
     /* (<mem> never NULL, which would mean a file: an empty body may come as NULL) */
     const struct body_src src = {.mem = body != NULL ? body : (const uint8_t *)"", .fd = -1};
     return write_tmp(dirfd, tmp_path, m, &src, len, durable);

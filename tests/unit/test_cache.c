@@ -1,3 +1,4 @@
+/* LDFLAGS: -Wl,--wrap=pread,--wrap=pread64 */
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_cache: the chunk cache (memory table, budget, disk tier, versions, purge) driven through
@@ -29,6 +30,7 @@
 #include "answer.h"
 #include "cache_int.h"
 #include "chunkfile.h"
+#include "chunkmem.h"
 #include "config.h"
 #include "http1.h"
 #include "log.h"
@@ -41,6 +43,33 @@
 #define KEY "steam\n/depot/1/chunk/abc"
 #define KEY_LEN (sizeof(KEY) - 1)
 #define MAX_MISSES 16
+
+/* ---- pread() fault injection: reads of one file fail ---- */
+
+static int g_fail_fd = -1; /* pread() of this fd fails with EIO; -1: none */
+
+ssize_t __real_pread(int fd, void *buf, size_t count, off_t off);
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off);
+ssize_t __real_pread64(int fd, void *buf, size_t count, off64_t off);
+ssize_t __wrap_pread64(int fd, void *buf, size_t count, off64_t off);
+
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off)
+{
+    if (fd == g_fail_fd) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_pread(fd, buf, count, off);
+}
+
+ssize_t __wrap_pread64(int fd, void *buf, size_t count, off64_t off)
+{
+    if (fd == g_fail_fd) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_pread64(fd, buf, count, off);
+}
 
 /* ---- the fake filler ---- */
 
@@ -464,11 +493,16 @@ static void test_many_readers_share_one_disk_lookup(void **state)
 /* A chunk of CHUNKMEM_REF_MIN or more lives in the memory file (chunkmem.h) and is stored from
  * it (pread, chunkfile_write_tmp_from): each file holds exactly the bytes committed, in pieces
  * as a fill commits them, the short last chunk too. */
-static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state)
+/* Reopens the cache on a dir of its own (a dir keeps its chunk size) with chunks of <big>
+ * bytes, which go in the memory file (the test is skipped where there is none). The dir. */
+static const char *reopen_with_big_chunks(struct fx *f, uint64_t big)
 {
-    struct fx *f = *state;
-    const uint64_t big = 256 * 1024;
-    static char dir[sizeof(f->dir) + 8]; /* (a dir of its own: a dir keeps its chunk size) */
+    struct chunkmem *probe = chunkmem_new(big, true, 0);
+    bool no_file = chunkmem_fd(probe) < 0;
+    chunkmem_free(&probe);
+    if (no_file)
+        skip(); /* (every chunk is malloc'd here) */
+    static char dir[sizeof(f->dir) + 8];
     snprintf(dir, sizeof(dir), "%s/big", f->dir);
     assert_int_equal(mkdir(dir, 0755), 0);
     drop_misses(f);
@@ -477,6 +511,14 @@ static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state
     f->cfg.chunk_size = big;
     f->cfg.memory_size = 4 * big;
     cache_open(f);
+    return dir;
+}
+
+static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t big = 256 * 1024;
+    const char *dir = reopen_with_big_chunks(f, big);
     struct cache_meta m = meta_of(big + big / 2, "\"v9\"");
     char *want = malloc(big), *got = malloc(big);
     assert_non_null(want);
@@ -521,6 +563,47 @@ static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state
     }
     free(want);
     free(got);
+}
+
+/* A chunk the store cannot read back from the memory file is counted as chunk memory's error,
+ * not the disk's: the cache dir stays up, and the next chunk is stored. */
+static void test_a_memory_file_read_failure_is_not_the_disks(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t big = 128 * 1024;
+    const char *dir = reopen_with_big_chunks(f, big);
+    struct cache_meta m = meta_of(2 * big, "\"v8\"");
+    char *buf = malloc(big);
+    assert_non_null(buf);
+    for (uint64_t index = 0; index < 2; index++) {
+        struct chunk *ck = NULL;
+        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
+                         CACHE_MISS);
+        assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
+        assert_int_equal(cache_chunk_reserve(ck), 0);
+        for (uint64_t i = 0; i < big; i++)
+            buf[i] = byte_at(index * big + i, m.etag);
+        cache_chunk_commit(ck, 0, buf, big);
+        struct chunk_bytes cb;
+        cache_chunk_bytes(ck, 0, &cb);
+        assert_true(cb.fd >= 0);
+        g_fail_fd = index == 0 ? cb.fd : -1;
+        cache_chunk_seal(ck);
+        cache_chunk_unref(&ck);
+        wait_stores(f);
+        g_fail_fd = -1;
+    }
+    assert_int_equal(g_stats.chunkmem_errors, 1);
+    assert_int_equal(g_stats.cache_disk_write_errors, 0);
+    assert_int_equal(g_stats.cache_disk_writes, 1);
+    char path[PATH_MAX];
+    uint8_t obj[16];
+    cache_obj_hash(KEY, KEY_LEN, obj);
+    assert_int_equal(chunkfile_path(path, sizeof(path), dir, obj, 0), 0);
+    assert_false(file_exists(path));
+    assert_int_equal(chunkfile_path(path, sizeof(path), dir, obj, 1), 0);
+    assert_true(file_exists(path));
+    free(buf);
 }
 
 static void test_a_damaged_file_is_a_disk_miss_handed_to_the_filler(void **state)
@@ -1246,6 +1329,7 @@ int main(void)
         T(test_a_two_part_chunk_takes_both_parts_and_joins_them),
         T(test_many_readers_share_one_disk_lookup),
         T(test_a_chunk_in_the_memory_file_is_stored_byte_for_byte),
+        T(test_a_memory_file_read_failure_is_not_the_disks),
         T(test_a_damaged_file_is_a_disk_miss_handed_to_the_filler),
         T(test_a_probe_that_misses_on_disk_fails_to_be_forwarded),
         T(test_eviction_never_takes_a_chunk_with_readers),

@@ -41,6 +41,7 @@ static size_t g_write_most;      /* the most bytes one write() was asked to move
 static int g_write_eintr;        /* fail this many calls with EINTR first */
 static size_t g_read_most;       /* the most bytes one pread() was asked for */
 static int g_read_calls;         /* pread() calls since the last reset */
+static int g_read_errno;         /* fail every pread() with this errno; 0: never */
 static int g_sync_calls;         /* fdatasync() calls */
 static int g_sync_errno;         /* fail fdatasync() with this errno; 0: succeed */
 static uint8_t g_write_first[8]; /* the first bytes the first write() was asked to move */
@@ -49,7 +50,7 @@ static void faults_reset(void)
 {
     g_write_calls = g_write_fail_at = g_write_errno = g_write_eintr = 0;
     g_write_max = g_write_most = g_read_most = 0;
-    g_read_calls = 0;
+    g_read_calls = g_read_errno = 0;
     g_sync_calls = g_sync_errno = 0;
 }
 
@@ -85,23 +86,26 @@ ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off);
 ssize_t __real_pread64(int fd, void *buf, size_t count, off64_t off);
 ssize_t __wrap_pread64(int fd, void *buf, size_t count, off64_t off);
 
-static void count_read(size_t count)
+/* Counts a call; whether it is to fail (errno set). */
+static bool count_read(size_t count)
 {
     g_read_calls++;
     if (count > g_read_most)
         g_read_most = count;
+    if (g_read_errno == 0)
+        return false;
+    errno = g_read_errno;
+    return true;
 }
 
 ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off)
 {
-    count_read(count);
-    return __real_pread(fd, buf, count, off);
+    return count_read(count) ? -1 : __real_pread(fd, buf, count, off);
 }
 
 ssize_t __wrap_pread64(int fd, void *buf, size_t count, off64_t off)
 {
-    count_read(count);
-    return __real_pread64(fd, buf, count, off);
+    return count_read(count) ? -1 : __real_pread64(fd, buf, count, off);
 }
 
 int __wrap_fdatasync(int fd)
@@ -885,6 +889,12 @@ static void test_chunkfile_write_tmp_from_a_file_is_the_same_file(void **state)
     assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at + 1, cs, false),
                      -ENODATA);
     assert_false(exists(tmp2));
+    /* A read of the source fails: -ENODATA too, no tmp file. */
+    faults_reset();
+    g_read_errno = EIO;
+    assert_int_equal(chunkfile_write_tmp_from(AT_FDCWD, tmp2, &m, sfd, at, cs, false), -ENODATA);
+    assert_int_equal(g_read_calls, 1);
+    assert_false(exists(tmp2));
     /* The disk fills on the second write (the first step of the body): no tmp file. */
     faults_reset();
     g_write_fail_at = 2;
@@ -1075,7 +1085,7 @@ static void test_chunkfile_write_header_goes_last(void **state)
     assert_true(fd >= 0);
     assert_int_equal(pread(fd, head, sizeof(head), 0), (ssize_t)sizeof(head));
     close(fd);
-    assert_memory_not_equal(head, none, sizeof(none));
+    assert_memory_equal(head, CHUNKFILE_MAGIC, sizeof(head));
     assert_int_equal(verify(fx, KEY, CS, 0, &info), 0);
     assert_int_equal(unlink(fx->path), 0);
     write_fails(fx, calls, ENOSPC, false, 0);

@@ -211,13 +211,20 @@ static void test_write_fills_the_file_without_mapping_its_pages(void **state)
     assert_int_equal(before, 0);
 }
 
-/* Writes <len> bytes of a pattern at <off> of a new block in the file, under the faults set
- * up, and checks them in the file and through the mapping; with <all_by_pwrite>, also that none
- * went through the mapping (where smaps says). */
-static void write_under_faults(size_t len, size_t off, bool all_by_pwrite)
+/* Writes <len> bytes of a pattern at <off> of a new block in the file, pwrite() capped at
+ * <max> bytes, the first <eintr> calls interrupted and the calls from <fail_at> on failing with
+ * ENOMEM; checks them in the file and through the mapping; with <all_by_pwrite>, also that none
+ * went through the mapping (where smaps says). Returns the pwrite() calls made. */
+static int write_under_faults(size_t len, size_t off, size_t max, int eintr, int fail_at,
+                              bool all_by_pwrite)
 {
     struct chunkmem *m = chunkmem_new(MIB, true, 0);
     need_file(m);
+    pw_reset();
+    g_pw_max = max;
+    g_pw_eintr = eintr;
+    g_pw_fail_at = fail_at;
+    g_pw_errno = ENOMEM;
     struct chunkmem_block b;
     assert_int_equal(chunkmem_get(m, MIB, &b), 0);
     assert_true(b.in_file);
@@ -242,16 +249,15 @@ static void write_under_faults(size_t len, size_t off, bool all_by_pwrite)
     free(back);
     chunkmem_put(m, &b);
     chunkmem_free(&m);
+    return calls;
 }
 
 static void test_write_completes_short_and_interrupted_writes(void **state)
 {
     (void)state;
     memset(&g_stats, 0, sizeof(g_stats));
-    pw_reset();
-    g_pw_max = 1000;
-    g_pw_eintr = 2;
-    write_under_faults(100 * 1000 + 7, 333, true);
+    /* 2 interrupted, then 101 of at most 1000 bytes. */
+    assert_int_equal(write_under_faults(100 * 1000 + 7, 333, 1000, 2, 0, true), 2 + 101);
     assert_int_equal(g_stats.chunkmem_errors, 0);
 }
 
@@ -259,11 +265,8 @@ static void test_a_failed_write_is_counted_and_copied_through_the_mapping(void *
 {
     (void)state;
     memset(&g_stats, 0, sizeof(g_stats));
-    pw_reset();
-    g_pw_max = 4096;
-    g_pw_fail_at = 3; /* two steps written, then ENOMEM */
-    g_pw_errno = ENOMEM;
-    write_under_faults(5 * 4096 + 1, 17, false);
+    /* Two steps written, then ENOMEM: the rest through the mapping, counted once. */
+    assert_int_equal(write_under_faults(5 * 4096 + 1, 17, 4096, 0, 3, false), 3);
     assert_int_equal(g_stats.chunkmem_errors, 1);
 }
 
