@@ -514,6 +514,31 @@ static const char *reopen_with_big_chunks(struct fx *f, uint64_t big)
     return dir;
 }
 
+/* A MISS for chunk <index> (chunks of <big> bytes), filled with version <m> as a fill commits:
+ * in three pieces; its bytes into <want> (room for <big>). Returns it unsealed, still held, with
+ * the memory file's fd in <*fd> (asserted: the chunk is in the file, not malloc'd). */
+static struct chunk *commit_in_file(struct fx *f, uint64_t index, uint64_t big,
+                                    const struct cache_meta *m, char *want, int *fd)
+{
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
+                     CACHE_MISS);
+    assert_int_equal(cache_chunk_set_meta(ck, m), 0);
+    assert_int_equal(cache_chunk_reserve(ck), 0);
+    uint64_t cap = cache_chunk_cap(ck);
+    assert_true(cap > 70001);
+    for (uint64_t i = 0; i < cap; i++)
+        want[i] = byte_at(index * big + i, m->etag);
+    const uint64_t cut[] = {0, 1000, 70001, cap};
+    for (int p = 0; p < 3; p++)
+        cache_chunk_commit(ck, cut[p], want + cut[p], (size_t)(cut[p + 1] - cut[p]));
+    struct chunk_bytes cb;
+    cache_chunk_bytes(ck, 0, &cb);
+    assert_true(cb.fd >= 0);
+    *fd = cb.fd;
+    return ck;
+}
+
 static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state)
 {
     struct fx *f = *state;
@@ -524,21 +549,9 @@ static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state
     assert_non_null(want);
     assert_non_null(got);
     for (uint64_t index = 0; index < 2; index++) {
-        struct chunk *ck = NULL;
-        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
-                         CACHE_MISS);
-        assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
-        assert_int_equal(cache_chunk_reserve(ck), 0);
-        uint64_t cap = cache_chunk_cap(ck);
-        assert_int_equal(cap, index == 0 ? big : big / 2);
-        for (uint64_t i = 0; i < cap; i++)
-            want[i] = byte_at(index * big + i, m.etag);
-        const uint64_t cut[] = {0, 1000, 70001, cap};
-        for (int p = 0; p < 3; p++)
-            cache_chunk_commit(ck, cut[p], want + cut[p], (size_t)(cut[p + 1] - cut[p]));
-        struct chunk_bytes cb;
-        cache_chunk_bytes(ck, 0, &cb);
-        assert_true(cb.fd >= 0); /* in the memory file, not malloc'd */
+        int fd;
+        struct chunk *ck = commit_in_file(f, index, big, &m, want, &fd);
+        assert_int_equal(cache_chunk_cap(ck), index == 0 ? big : big / 2);
         cache_chunk_seal(ck);
         cache_chunk_unref(&ck);
     }
@@ -576,18 +589,9 @@ static void test_a_memory_file_read_failure_is_not_the_disks(void **state)
     char *buf = malloc(big);
     assert_non_null(buf);
     for (uint64_t index = 0; index < 2; index++) {
-        struct chunk *ck = NULL;
-        assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, true, &ck),
-                         CACHE_MISS);
-        assert_int_equal(cache_chunk_set_meta(ck, &m), 0);
-        assert_int_equal(cache_chunk_reserve(ck), 0);
-        for (uint64_t i = 0; i < big; i++)
-            buf[i] = byte_at(index * big + i, m.etag);
-        cache_chunk_commit(ck, 0, buf, big);
-        struct chunk_bytes cb;
-        cache_chunk_bytes(ck, 0, &cb);
-        assert_true(cb.fd >= 0);
-        g_fail_fd = index == 0 ? cb.fd : -1;
+        int fd;
+        struct chunk *ck = commit_in_file(f, index, big, &m, buf, &fd);
+        g_fail_fd = index == 0 ? fd : -1;
         cache_chunk_seal(ck);
         cache_chunk_unref(&ck);
         wait_stores(f);
