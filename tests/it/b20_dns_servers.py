@@ -93,8 +93,8 @@ class Upstream:
 
 def query(port, name, qtype, timeout=2.0, tries=1):
     """(rcode, [addresses]) of <name> <qtype> ("A" or "AAAA") asked of 127.0.0.1:<port>; the
-    query is sent again after each <timeout> without an answer, <tries> times in all, as a stub
-    resolver does (a loaded machine may leave a server without CPU for a while)."""
+    query is sent again after each <timeout> without an answer, <tries> times in all, as any
+    resolver client does (a loaded machine may leave a server without CPU for a while)."""
     qid = random.randrange(65536)
     t = {"A": 1, "AAAA": 28}[qtype]
     q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
