@@ -32,10 +32,10 @@ taskset -c 1 "$BUILD/bench/origin" -l "127.0.0.1:$oport" -d 0 -r 0 -t 3600 >/dev
 origin_pid=$!
 size=$((SIZE_MIB * 1048576))
 
-probe() { # $1 port, $2 seconds max, $3 stop file: prints "n p50 p99 max" in ms
+probe() { # $1 port, $2 seconds max, $3 stop file, $4 ready file: prints "n p50 p99 max" in ms
     taskset -c 1 python3 - "$@" <<'PY'
 import os, socket, sys, time
-port, limit, stop = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+port, limit, stop, ready = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 # The probe is the instrument: at real-time priority its samples are the loop's delays, not its
 # own wait for the core it shares with the downloading client and the origin.
 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
@@ -53,6 +53,8 @@ while time.monotonic() < end and not os.path.exists(stop):
             raise SystemExit("heartbeat connection closed")
         buf += d
     lat.append((time.monotonic() - t0) * 1000)
+    if len(lat) == 1:
+        open(ready, "w").close()  # (the download starts once the probe is measuring)
     time.sleep(0.002)
 lat.sort()
 q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
@@ -103,10 +105,16 @@ INI
     sync
     echo 3 >/proc/sys/vm/drop_caches
     start_cp
-    rm -f "$tmp/stop"
-    probe "$port" 300 "$tmp/stop" >"$tmp/probe.out" &
+    rm -f "$tmp/stop" "$tmp/ready"
+    probe "$port" 300 "$tmp/stop" "$tmp/ready" >"$tmp/probe.out" &
     probe_pid=$!
-    sleep 0.2
+    for _ in $(seq 1 1000); do
+        [ -e "$tmp/ready" ] && break
+        kill -0 "$probe_pid" 2>/dev/null || { echo "the probe did not start" >&2; exit 1; }
+        sleep 0.01
+    done
+    [ -e "$tmp/ready" ] || { echo "the probe did not start" >&2; exit 1; }
+    sleep 0.2 # (samples of the idle loop before the download)
     t0=$(date +%s.%N)
     got=$(taskset -c 1 curl -s -o /dev/null -w '%{size_download}' --max-time 600 \
         -H 'Host: stall.example' "$url")
