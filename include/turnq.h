@@ -24,14 +24,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 struct turnq_node {
-    struct turnq_node *next, *prev;
+    TAILQ_ENTRY(turnq_node) link;
     bool queued;
 };
 
 struct turnq {
-    struct turnq_node *head, *tail; /* oldest first */
+    TAILQ_HEAD(, turnq_node) nodes; /* oldest first */
     size_t n;                       /* nodes queued */
     uint64_t budget;                /* bytes an iteration may send before turns are put off */
     uint64_t sent;                  /* bytes sent in this iteration */

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include <xxhash.h>
 
@@ -17,8 +18,8 @@
 #define ANSTORE_FIRST_BUCKETS 64u
 
 struct entry {
-    struct entry *hnext;       /* the bucket's chain */
-    struct entry *prev, *next; /* the LRU list: head most recently used */
+    struct entry *hnext;    /* the bucket's chain */
+    TAILQ_ENTRY(entry) lru; /* the LRU list: head most recently used */
     uint64_t hash;
     struct answer *ans;   /* ref */
     struct objhead *head; /* ref: Date and times (Age) */
@@ -32,9 +33,9 @@ struct anstore {
     unsigned magic;
     size_t limit, bytes;
     unsigned count;
-    size_t n_buckets;             /* a power of two */
-    struct entry **buckets;       /* owns the entries */
-    struct entry *lru, *lru_tail; /* borrows */
+    size_t n_buckets;                  /* a power of two */
+    struct entry **buckets;            /* owns the entries */
+    TAILQ_HEAD(entry_list, entry) lru; /* borrows */
 };
 
 struct anstore *anstore_new(size_t limit)
@@ -44,6 +45,7 @@ struct anstore *anstore_new(size_t limit)
     s->limit = limit;
     s->n_buckets = ANSTORE_FIRST_BUCKETS;
     s->buckets = xcalloc(s->n_buckets, sizeof(*s->buckets));
+    TAILQ_INIT(&s->lru);
     return s;
 }
 
@@ -68,36 +70,12 @@ static struct entry **slot_of(struct anstore *s, const char *key, size_t len, co
     return pp;
 }
 
-static void lru_unlink(struct anstore *s, struct entry *e)
-{
-    if (e->prev != NULL)
-        e->prev->next = e->next;
-    else
-        s->lru = e->next;
-    if (e->next != NULL)
-        e->next->prev = e->prev;
-    else
-        s->lru_tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push(struct anstore *s, struct entry *e)
-{
-    e->prev = NULL;
-    e->next = s->lru;
-    if (s->lru != NULL)
-        s->lru->prev = e;
-    s->lru = e;
-    if (s->lru_tail == NULL)
-        s->lru_tail = e;
-}
-
 /* Removes the entry at *<pp> (a bucket slot) and frees it. */
 static void remove_at(struct anstore *s, struct entry **pp)
 {
     struct entry *e = *pp;
     *pp = e->hnext;
-    lru_unlink(s, e);
+    TAILQ_REMOVE(&s->lru, e, lru);
     s->bytes -= e->bytes;
     s->count--;
     answer_unref(&e->ans);
@@ -115,8 +93,8 @@ static void remove_entry(struct anstore *s, struct entry *e)
 /* Drops least recently used entries until <extra> more bytes fit. */
 static void shrink_to(struct anstore *s, size_t extra)
 {
-    while (s->lru_tail != NULL && s->bytes + extra > s->limit)
-        remove_entry(s, s->lru_tail);
+    while (!TAILQ_EMPTY(&s->lru) && s->bytes + extra > s->limit)
+        remove_entry(s, TAILQ_LAST(&s->lru, entry_list));
 }
 
 static void grow_buckets(struct anstore *s)
@@ -144,8 +122,8 @@ void anstore_free(struct anstore **sp)
         return;
     *sp = NULL;
     CHECK_OBJ(s, ANSTORE_MAGIC);
-    while (s->lru != NULL)
-        remove_entry(s, s->lru);
+    while (!TAILQ_EMPTY(&s->lru))
+        remove_entry(s, TAILQ_FIRST(&s->lru));
     free(s->buckets);
     s->magic = 0;
     free(s);
@@ -235,7 +213,7 @@ bool anstore_put(struct anstore *s, const char *key, size_t len, const char *aut
     struct entry **pp = slot_of(s, key, len, auth, alen, h);
     ASSERT(*pp == NULL);
     *pp = e;
-    lru_push(s, e);
+    TAILQ_INSERT_HEAD(&s->lru, e, lru);
     s->bytes += bytes;
     s->count++;
     return true;
@@ -256,8 +234,8 @@ bool anstore_get(struct anstore *s, const char *key, size_t len, const char *aut
         remove_at(s, pp); /* stale: the next request goes to the origin */
         return false;
     }
-    lru_unlink(s, e);
-    lru_push(s, e);
+    TAILQ_REMOVE(&s->lru, e, lru);
+    TAILQ_INSERT_HEAD(&s->lru, e, lru);
     hit->ans = e->ans;
     hit->head = e->head;
     hit->age = age;

@@ -7,7 +7,7 @@
 void turnq_init(struct turnq *q, uint64_t budget)
 {
     ASSERT(budget > 0);
-    q->head = q->tail = NULL;
+    TAILQ_INIT(&q->nodes);
     q->n = 0;
     q->budget = budget;
     q->sent = 0;
@@ -25,13 +25,7 @@ bool turnq_take_turn(struct turnq *q, struct turnq_node *n, bool first_bytes)
         return false; /* its place is kept: taken first in the next iteration */
     if (first_bytes || q->sent < q->budget)
         return true;
-    n->next = NULL;
-    n->prev = q->tail;
-    if (q->tail != NULL)
-        q->tail->next = n;
-    else
-        q->head = n;
-    q->tail = n;
+    TAILQ_INSERT_TAIL(&q->nodes, n, link);
     n->queued = true;
     q->n++;
     return false;
@@ -46,15 +40,7 @@ void turnq_remove(struct turnq *q, struct turnq_node *n)
 {
     if (!n->queued)
         return;
-    if (n->prev != NULL)
-        n->prev->next = n->next;
-    else
-        q->head = n->next;
-    if (n->next != NULL)
-        n->next->prev = n->prev;
-    else
-        q->tail = n->prev;
-    n->next = n->prev = NULL;
+    TAILQ_REMOVE(&q->nodes, n, link);
     n->queued = false;
     ASSERT(q->n > 0);
     q->n--;
@@ -62,7 +48,7 @@ void turnq_remove(struct turnq *q, struct turnq_node *n)
 
 struct turnq_node *turnq_pop(struct turnq *q)
 {
-    struct turnq_node *n = q->head;
+    struct turnq_node *n = TAILQ_FIRST(&q->nodes);
     if (n != NULL)
         turnq_remove(q, n);
     return n;
