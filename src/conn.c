@@ -644,11 +644,13 @@ void conn_update_timer(struct conn *c)
     ev_tstamp now = ev_now(c->ctx->loop), dl = 0;
     if (c->state == CONN_S_CLOSING)
         return;
+    bool send = false;
     if (c->state == CONN_S_LINGER) {
         dl = c->last_write + CONN_LINGER_S;
     } else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write ||
                c->turn.queued) {
         dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
+        send = true;
     } else if (c->state == CONN_S_READ_HEAD) {
         if (buf_len(&c->in) > 0 && c->head_since > 0)
             dl = c->head_since + (double)g_cfg->request_timeout_ms / 1000.0;
@@ -658,6 +660,7 @@ void conn_update_timer(struct conn *c)
             dl = c->idle_since + (double)g_cfg->keepalive_timeout_ms / 1000.0;
     }
     c->deadline = dl;
+    c->deadline_send = send;
     if (dl == 0) {
         ev_timer_stop(c->ctx->loop, &c->timer);
         return;
@@ -681,13 +684,13 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
     }
     if (c->state == CONN_S_LINGER) {
         log_debug("conn#%u %s: lingering close done", c->id, c->peer);
-    } else if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 &&
-               !(buf_is_alloc(&c->out) && buf_len(&c->out) > 0)) {
+    } else if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 && !c->deadline_send) {
         log_debug("conn#%u %s: idle timeout", c->id, c->peer);
     } else {
+        /* (send: the client took none of the bytes waiting for it, in <out>, in its socket or
+         * in a turn put off, for send_timeout; request: its request head did not come whole) */
         log_info("conn#%u %s: %s timeout in %s", c->id, c->peer,
-                 buf_is_alloc(&c->out) && buf_len(&c->out) > 0 ? "send" : "request",
-                 conn_state_names[c->state]);
+                 c->deadline_send ? "send" : "request", conn_state_names[c->state]);
         g_stats.client_timeout++;
     }
     conn_close(c);

@@ -89,6 +89,7 @@ struct conn {
     unsigned io_events;
     ev_timer timer;
     ev_tstamp deadline;   /* when the timer should act; 0 = none */
+    bool deadline_send;   /* the deadline is send_timeout's (bytes the client does not take) */
     ev_tstamp idle_since; /* READ_HEAD with nothing buffered: since when */
     ev_tstamp head_since; /* READ_HEAD with a partial head: since the first byte */
     ev_tstamp last_write; /* last time the client took bytes */

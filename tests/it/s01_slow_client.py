@@ -47,6 +47,11 @@ class SlowClient(H.CPTestCase):
         # send_timeout (3s): the daemon closes the connection it cannot write to
         H.wait_until(lambda: H.server_side_closed(d.port, c.local_port), 20 * H.SLOW, 0.1,
                      "the daemon to close a client that accepts no bytes")
+        # One line says why, as a send timeout: the bytes waiting are in its socket, not in the
+        # daemon's output buffer, and its request came whole long ago.
+        H.wait_until(lambda: "send timeout in CONN_S_CACHE_BODY" in d.log(), 10 * H.SLOW, 0.1,
+                     "the daemon to log the send timeout")
+        self.assertNotIn("request timeout", d.log())
         got = len(r.body) + c.drain(timeout=30)
         self.assertLess(got, HUGE)
         self.assertTrue(c.peer_closed)

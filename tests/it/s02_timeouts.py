@@ -16,6 +16,9 @@ class Timeouts(H.CPTestCase):
         if c._ready:
             self.assertIn(c._ready[0].status, (400, 408))
         self.assertEqual(self.origin.request_count(), 0)
+        H.wait_until(lambda: "request timeout in CONN_S_READ_HEAD" in self.daemon.log(),
+                     10 * H.SLOW, 0.1, "the daemon to log the request timeout")
+        self.assertNotIn("send timeout", self.daemon.log())
 
     def test_slowloris_closed(self):
         # one byte every 200 ms never completes a head within request_timeout (2s)
