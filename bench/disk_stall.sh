@@ -20,6 +20,7 @@ BINS=("$@")
 make --no-print-directory all "$BUILD/bench/origin" >/dev/null
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cp-stall.XXXXXX")
 cleanup() {
+    [ -n "${probe_pid:-}" ] && kill "$probe_pid" 2>/dev/null || true
     [ -n "${cp_pid:-}" ] && kill "$cp_pid" 2>/dev/null || true
     [ -n "${origin_pid:-}" ] && kill "$origin_pid" 2>/dev/null || true
     wait 2>/dev/null || true
@@ -39,7 +40,7 @@ port, limit, stop, ready = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sy
 # The probe is the instrument: at real-time priority its samples are the loop's delays, not its
 # own wait for the core it shares with the downloading client and the origin.
 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-s = socket.create_connection(("127.0.0.1", port))
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
 req = b"GET /lancache-heartbeat HTTP/1.1\r\nHost: stall.example\r\n\r\n"
 lat = []
 end = time.monotonic() + limit
@@ -120,7 +121,8 @@ INI
         -H 'Host: stall.example' "$url")
     t1=$(date +%s.%N)
     touch "$tmp/stop"
-    wait "$probe_pid"
+    wait "$probe_pid" || { echo "the probe failed" >&2; exit 1; }
+    probe_pid=
     [ "$got" = "$size" ] || { echo "short download: $got of $size bytes" >&2; exit 1; }
     read -r n p50 p99 max <"$tmp/probe.out"
     mbs=$(awk -v b="$size" -v a="$t0" -v c="$t1" 'BEGIN { printf "%.0f", b / (c - a) / 1e6 }')

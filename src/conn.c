@@ -644,13 +644,13 @@ void conn_update_timer(struct conn *c)
     ev_tstamp now = ev_now(c->ctx->loop), dl = 0;
     if (c->state == CONN_S_CLOSING)
         return;
-    bool send = false;
+    bool send_dl = false; /* send_timeout's deadline */
     if (c->state == CONN_S_LINGER) {
         dl = c->last_write + CONN_LINGER_S;
     } else if ((buf_is_alloc(&c->out) && buf_len(&c->out) > 0) || c->blocked_write ||
                c->turn.queued) {
         dl = c->last_write + (double)g_cfg->send_timeout_ms / 1000.0;
-        send = true;
+        send_dl = true;
     } else if (c->state == CONN_S_READ_HEAD) {
         if (buf_len(&c->in) > 0 && c->head_since > 0)
             dl = c->head_since + (double)g_cfg->request_timeout_ms / 1000.0;
@@ -660,7 +660,7 @@ void conn_update_timer(struct conn *c)
             dl = c->idle_since + (double)g_cfg->keepalive_timeout_ms / 1000.0;
     }
     c->deadline = dl;
-    c->deadline_send = send;
+    c->deadline_send = send_dl;
     if (dl == 0) {
         ev_timer_stop(c->ctx->loop, &c->timer);
         return;
@@ -687,8 +687,9 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
     } else if (c->state == CONN_S_READ_HEAD && buf_len(&c->in) == 0 && !c->deadline_send) {
         log_debug("conn#%u %s: idle timeout", c->id, c->peer);
     } else {
-        /* (send: the client took none of the bytes waiting for it, in <out>, in its socket or
-         * in a turn put off, for send_timeout; request: its request head did not come whole) */
+        /* (send: for send_timeout the client took none of the bytes waiting for it in <out> or
+         * in its socket, or a turn put off was not taken again: conn_take_turn restarts the
+         * clock, so that takes a loop stalled that long; request: its head did not come whole) */
         log_info("conn#%u %s: %s timeout in %s", c->id, c->peer,
                  c->deadline_send ? "send" : "request", conn_state_names[c->state]);
         g_stats.client_timeout++;

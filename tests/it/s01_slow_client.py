@@ -49,8 +49,9 @@ class SlowClient(H.CPTestCase):
                      "the daemon to close a client that accepts no bytes")
         # One line says why, as a send timeout: the bytes waiting are in its socket, not in the
         # daemon's output buffer, and its request came whole long ago.
-        H.wait_until(lambda: "send timeout in CONN_S_CACHE_BODY" in d.log(), 10 * H.SLOW, 0.1,
-                     "the daemon to log the send timeout")
+        line = "127.0.0.1:%d: send timeout in CONN_S_CACHE_BODY" % c.local_port
+        H.wait_until(lambda: line in d.log(), 10 * H.SLOW, 0.1,
+                     "the daemon to log the send timeout of this client")
         self.assertNotIn("request timeout", d.log())
         got = len(r.body) + c.drain(timeout=30)
         self.assertLess(got, HUGE)

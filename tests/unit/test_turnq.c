@@ -82,6 +82,7 @@ static void test_put_off_once_and_taken_in_order(void **state)
     assert_null(turnq_pop(&q));
     assert_int_equal(q.n, 0);
     assert_true(TAILQ_EMPTY(&q.nodes));
+    assert_ptr_equal(q.nodes.tqh_last, &q.nodes.tqh_first); /* (both ends) */
 }
 
 static void test_put_off_again_goes_behind(void **state)
