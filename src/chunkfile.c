@@ -224,7 +224,7 @@ static int write_all(int fd, const void *p, size_t len)
     return 0;
 }
 
-/* Where a body comes from: <mem> (borrowed), or when that is NULL file <fd> from <off>. */
+/* Where a body comes from: file <fd> from <off>, or when <fd> is -1 <mem> (borrowed). */
 struct body_src {
     const uint8_t *mem;
     int fd;
@@ -243,12 +243,10 @@ static int copy_body(int fd, const struct body_src *src, size_t len, uint64_t *h
     for (size_t done = 0; done < len;) {
         size_t n = len - done < UTIL_IO_STEP ? len - done : UTIL_IO_STEP;
         const uint8_t *p = buf;
-        if (src->mem != NULL) {
+        if (src->fd < 0)
             p = src->mem + done;
-        } else {
-            if (util_pread_exact(src->fd, buf, n, src->off + (off_t)done) < 0)
-                return -ENODATA;
-        }
+        else if (util_pread_exact(src->fd, buf, n, src->off + (off_t)done) < 0)
+            return -ENODATA;
         XXH3_64bits_update(&st, p, n);
         int rc = write_all(fd, p, n);
         if (rc < 0)
@@ -296,8 +294,7 @@ int chunkfile_write_tmp(int dirfd, const char *tmp_path, const struct chunkfile_
                         const void *body, size_t len, bool durable)
 {
     ASSERT(body != NULL || len == 0);
-    /* (<mem> never NULL, which would mean a file: an empty body may come as NULL) */
-    const struct body_src src = {.mem = body != NULL ? body : (const uint8_t *)"", .fd = -1};
+    const struct body_src src = {.mem = body, .fd = -1};
     return write_tmp(dirfd, tmp_path, m, &src, len, durable);
 }
 
