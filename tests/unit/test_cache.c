@@ -490,9 +490,6 @@ static void test_many_readers_share_one_disk_lookup(void **state)
         cache_chunk_unref(&cks[i]);
 }
 
-/* A chunk of CHUNKMEM_REF_MIN or more lives in the memory file (chunkmem.h) and is stored from
- * it (pread, chunkfile_write_tmp_from): each file holds exactly the bytes committed, in pieces
- * as a fill commits them, the short last chunk too. */
 /* Reopens the cache on a dir of its own (a dir keeps its chunk size) with chunks of <big>
  * bytes, which go in the memory file (the test is skipped where there is none). The dir. */
 static const char *reopen_with_big_chunks(struct fx *f, uint64_t big)
@@ -539,6 +536,9 @@ static struct chunk *commit_in_file(struct fx *f, uint64_t index, uint64_t big,
     return ck;
 }
 
+/* A chunk of CHUNKMEM_REF_MIN or more lives in the memory file (chunkmem.h) and is stored from
+ * it (pread, chunkfile_write_tmp_from): each file holds exactly the bytes committed, in pieces
+ * as a fill commits them, the short last chunk too. */
 static void test_a_chunk_in_the_memory_file_is_stored_byte_for_byte(void **state)
 {
     struct fx *f = *state;
