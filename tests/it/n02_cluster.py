@@ -272,7 +272,15 @@ class Cluster(ClusterBase):
         served = sum(v for mm in m for k, v in mm.items()
                      if k.startswith("cacheparty_cluster_peer_bytes_served_total"))
         self.assertGreater(asked, 0)
-        self.assertEqual(asked, served)  # what one node was sent is what another sent it
+        # What one node was sent is what another sent it, unless a node cut a run it had asked
+        # of an owner (fetch_split: a reader deep inside it got a fetch of its own, and the old
+        # request is read up to the cut, then closed): the owner's bytes past the cut were sent
+        # (counted served) and never read. Whether that happens depends on timing.
+        splits = sum(d.status()["fetch_split_total"] for d in self.nodes)
+        if splits == 0:
+            self.assertEqual(asked, served)
+        else:
+            self.assertLessEqual(asked, served)
 
     def test_spread_over_the_nodes(self):
         # A few hundred depots' chunks (2000 of 16 KiB: each node's share is within 4 % of a
