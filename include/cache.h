@@ -328,11 +328,24 @@ void cache_chunk_failed_answer(struct chunk *ck, struct answer *a);
 struct answer *cache_chunk_answer(const struct chunk *ck);
 
 /*
- * Removes every chunk of object <key> ("identifier\npath"): from memory (readers in flight keep
- * their refs and finish) and from disk (all chunk files of the object share one directory).
- * Returns how many chunks were removed (memory and disk counted once per index), or -errno.
+ * Removes every chunk of object <key> ("identifier\npath"). At once: its chunks leave memory
+ * (readers in flight keep their refs and finish) and lookups (a request for it is a miss, and its
+ * files are neither read, nor written, nor moved in from lancache's until the purge is done).
+ * Then its chunk files (all in one directory) are unlinked by the I/O pool, one purge at a time
+ * in the order asked, never on the loop; then <done>(<arg>, n) runs on the loop, n being the
+ * chunks removed (those being filled, plus the files unlinked), or -errno when the directory
+ * could not be read. <done> (NULL: none) never runs from inside cache_purge(). The purge returned
+ * is the caller's handle until <done> runs: cache_purge_forget() if the caller goes first.
+ * Purges queued at cache_free() still run, and call <done>.
  */
-int cache_purge(struct cache *c, const char *key, size_t key_len);
+typedef void cache_purge_done(void *arg, int removed);
+struct cache_purge;
+struct cache_purge *cache_purge(struct cache *c, const char *key, size_t key_len,
+                                cache_purge_done *done, void *arg);
+/* <done> of purge <p> is not called (its caller goes away); the purge goes on. */
+void cache_purge_forget(struct cache_purge *p);
+/* Purges queued or running. */
+size_t cache_purges_pending(const struct cache *c);
 
 /*
  * The inventory of the disk tier (cache_inventory.c; groups as inventory.h defines them). The

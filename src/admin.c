@@ -684,6 +684,13 @@ struct admin_conn {
     bool lingering;   /* FIN sent: discarding input until EOF */
     size_t discarded; /* input bytes discarded while lingering */
     bool closing;     /* watchers stopped; freed when the current callback returns */
+    /* A purge being done (its files unlinked off the loop): answered when it is, and until then
+     * nothing more is read and the idle timer does not run (the wait is ours, not the peer's). */
+    struct cache_purge *purge;
+    bool purge_api;          /* answered in JSON (/api/purge), else as text (PURGE) */
+    bool purge_keep_alive;   /* of the request */
+    int purge_version_minor; /* of the request */
+    char purge_what[ADMIN_IDENT_MAX + ADMIN_INV_VALUE_MAX + 4]; /* "[ident] path", for the log */
     char peer[64];
     struct admin_conn *next, **pprev; /* all live admin conns */
 };
@@ -803,6 +810,52 @@ static int query_param(const char *q, size_t len, const char *name, char *out, s
     return 0;
 }
 
+static void admin_drive(struct admin_conn *c);
+static void admin_free(struct admin_conn *c);
+
+/* Purge <c> waited for is done: its answer, and the conn goes on. */
+static void on_purged(void *arg, int n)
+{
+    struct admin_conn *c = arg;
+    CHECK_OBJ(c, ADMIN_MAGIC);
+    c->purge = NULL;
+    struct h1_req req;
+    memset(&req, 0, sizeof(req));
+    req.keep_alive = c->purge_keep_alive;
+    req.version_minor = c->purge_version_minor;
+    if (n < 0) {
+        log_warn("admin#%u %s: %s %s: %s", c->id, c->peer, c->purge_api ? "purge" : "PURGE",
+                 c->purge_what, strerror(-n));
+        respond_text(c, &req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
+    } else {
+        log_info("admin#%u %s: %s %s: %d chunks removed", c->id, c->peer,
+                 c->purge_api ? "purge" : "PURGE", c->purge_what, n);
+        if (c->purge_api)
+            respond_json(c, &req, 200, "{\"removed\": %d}\n", n);
+        else
+            respond_text(c, &req, 200, NULL, false, "purged %d\n", n);
+    }
+    ev_timer_again(actx->loop, &c->timer);
+    admin_drive(c);
+    if (c->closing)
+        admin_free(c); /* (called from the cache's completion: nothing above uses <c>) */
+}
+
+/* Purges object <path> of cache identifier <ident>; answered when its files are gone. */
+static void purge_start(struct admin_conn *c, const struct h1_req *req, bool api, const char *ident,
+                        const char *path, size_t plen, const char *what)
+{
+    size_t klen;
+    char *key = cache_key_build(ident, path, plen, &klen);
+    c->purge_api = api;
+    c->purge_keep_alive = req->keep_alive;
+    c->purge_version_minor = req->version_minor;
+    snprintf(c->purge_what, sizeof(c->purge_what), "%s", what);
+    c->purge = cache_purge(actx->cache, key, klen, on_purged, c);
+    free(key);
+    ev_timer_stop(actx->loop, &c->timer);
+}
+
 static void handle_purge(struct admin_conn *c, const char *h, const struct h1_req *req)
 {
     const char *path = req->path_only.len > 0 ? h + req->path_only.off : "/";
@@ -854,20 +907,16 @@ static void handle_purge(struct admin_conn *c, const char *h, const struct h1_re
         }
         snprintf(ident, sizeof(ident), "%s", adm.ident);
     }
-    size_t klen;
-    char *key = cache_key_build(ident, path, plen, &klen);
-    int n = actx->cache != NULL ? cache_purge(actx->cache, key, klen) : 0;
-    free(key);
-    if (n < 0) {
-        log_warn("admin#%u %s: PURGE [%s] %.*s: %s", c->id, c->peer, ident, (int)plen, path,
-                 strerror(-n));
-        respond_text(c, req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
+    peers_purge_all(ident, path, plen); /* (every node of a cluster: it may be anywhere) */
+    if (actx->cache == NULL) {
+        log_info("admin#%u %s: PURGE [%s] %.*s: 0 chunks removed (no cache)", c->id, c->peer, ident,
+                 (int)plen, path);
+        respond_text(c, req, 200, NULL, false, "purged 0\n");
         return;
     }
-    log_info("admin#%u %s: PURGE [%s] %.*s: %d chunks removed", c->id, c->peer, ident, (int)plen,
-             path, n);
-    peers_purge_all(ident, path, plen); /* (every node of a cluster: it may be anywhere) */
-    respond_text(c, req, 200, NULL, false, "purged %d\n", n);
+    char what[sizeof(c->purge_what)];
+    snprintf(what, sizeof(what), "[%s] %.*s", ident, (int)plen, path);
+    purge_start(c, req, false, ident, path, plen, what);
 }
 
 /* Whether a PURGE says its identifier in its query (then its Host is the admin's). */
@@ -1005,15 +1054,9 @@ static void handle_api_purge(struct admin_conn *c, const char *h, const struct h
         respond_text(c, req, 400, NULL, false,
                      "give ?service=S, with &prefix=P for one group or &path=P for one object\n");
     } else if (ro > 0) {
-        size_t klen;
-        char *key = cache_key_build(service, path, strlen(path), &klen);
-        int n = cache_purge(actx->cache, key, klen);
-        free(key);
-        log_info("admin#%u %s: purge [%s] %s: %d chunks removed", c->id, c->peer, service, path, n);
-        if (n < 0)
-            respond_text(c, req, 500, NULL, false, "purge failed: %s\n", strerror(-n));
-        else
-            respond_json(c, req, 200, "{\"removed\": %d}\n", n);
+        char what[sizeof(c->purge_what)];
+        snprintf(what, sizeof(what), "[%s] %s", service, path);
+        purge_start(c, req, true, service, path, strlen(path), what);
     } else {
         uint64_t chunks = 0;
         int n = cache_inv_purge(actx->cache, service, rp > 0 ? prefix : NULL, &chunks);
@@ -1141,6 +1184,8 @@ static void admin_close(struct admin_conn *c)
 static void admin_free(struct admin_conn *c)
 {
     CHECK_OBJ(c, ADMIN_MAGIC);
+    if (c->purge != NULL)
+        cache_purge_forget(c->purge); /* (it goes on) */
     ev_io_stop(actx->loop, &c->io);
     ev_timer_stop(actx->loop, &c->timer);
     close(c->fd);
@@ -1188,8 +1233,8 @@ static void admin_update_io(struct admin_conn *c)
         return;
     if (c->out_off < c->out.len)
         ev |= EV_WRITE;
-    if (c->lingering ||
-        (!c->peer_eof && !c->close_after && (buf_room(&c->in) > 0 || c->in.pos > c->in.start)))
+    if (c->lingering || (!c->peer_eof && !c->close_after && c->purge == NULL &&
+                         (buf_room(&c->in) > 0 || c->in.pos > c->in.start)))
         ev |= EV_READ;
     if (ev == c->io_events)
         return;
@@ -1209,6 +1254,8 @@ static void admin_drive(struct admin_conn *c)
             return;
         if (c->out.len > 0)
             break; /* the client is slow: wait for EV_WRITE */
+        if (c->purge != NULL)
+            break; /* on_purged answers and drives it again */
         if (c->close_after) {
             if (!c->peer_eof && shutdown(c->fd, SHUT_WR) == 0) {
                 c->lingering = true;

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/queue.h>
 
 #include <ev.h>
 
@@ -140,6 +141,7 @@ struct chunk {
     struct chunk_seen *seen;
     bool evicted;          /* left the table by eviction (its record is kept for its file) */
     bool remote;           /* filled from the cluster node that owns it: memory only, no file */
+    bool store_deferred;   /* sealed while a purge of its object was queued: stored after it */
     struct answer *answer; /* ref: the origin's answer it failed with (CHUNK_FAIL_PASS) */
 };
 
@@ -192,11 +194,14 @@ struct anstore;
 struct diskidx;
 struct iopool;
 
-#define CACHE_LC_LOGGED 4096 /* refused lancache files logged once (by path hash) */
-#define CACHE_LC_QUEUE 4096  /* adopted files waiting to be moved, at most */
-#define CACHE_LC_SET 8192    /* slots of the set of those (twice the queue) */
-#define CACHE_LC_BATCH 64    /* files moved between two syncs */
-#define CACHE_LC_SIBLINGS 32 /* slices on either side a lookup compares versions with */
+#define CACHE_MAGIC 0xcac4e001u
+#define CACHE_LC_LOGGED 4096       /* refused lancache files logged once (by path hash) */
+#define CACHE_PURGE_MARKS 256      /* purge marks, by obj[15] */
+#define CACHE_DROP_STEP (8u << 20) /* bytes of purged chunks released per loop turn, about */
+#define CACHE_LC_QUEUE 4096        /* adopted files waiting to be moved, at most */
+#define CACHE_LC_SET 8192          /* slots of the set of those (twice the queue) */
+#define CACHE_LC_BATCH 64          /* files moved between two syncs */
+#define CACHE_LC_SIBLINGS 32       /* slices on either side a lookup compares versions with */
 
 struct objver {
     uint8_t obj[16];
@@ -274,11 +279,33 @@ struct cache {
     struct lc_batch *lc_batch; /* the batch on lc_io (owned by the pool until done), or NULL */
     atomic_bool lc_stop;       /* cache_free(): the mover leaves its batch at the next file */
     struct cache_inv *inv;     /* owns: the inventory's reads, listings and purges */
+    /* purged chunks whose memory is released a few at a time (cache.c: munmap and a punch each) */
+    struct chunk **drops; /* owns a ref of each of [drop_pos, n_drops) */
+    size_t n_drops, cap_drops, drop_pos;
+    ev_timer drop_ev;
+    /* purges (cache_purge.c) */
+    TAILQ_HEAD(cache_purge_q, cache_purge) purges; /* owns: queued, the first one on <io> */
+    size_t n_purges;
+    bool purge_running;                      /* the first one is on <io> */
+    uint32_t purge_marks[CACHE_PURGE_MARKS]; /* purges queued by obj[15]: a quick "none" */
 };
 
-/* Every chunk of object <obj>, in memory and on disk, as cache_purge() removes them (cache.c).
- * Returns how many, or -errno. */
-int cache_purge_obj(struct cache *c, const uint8_t obj[16]);
+/* Purges object <obj> as cache_purge() does (cache_purge.c). */
+struct cache_purge *cache_purge_obj(struct cache *c, const uint8_t obj[16], cache_purge_done *done,
+                                    void *arg);
+/* Whether a purge of <obj> is queued or running: its files are neither read nor written. */
+bool cache_purge_holds(const struct cache *c, const uint8_t obj[16]);
+/* A sealed chunk of <obj> was not stored (cache_purge_holds): store it when the purges are done. */
+void cache_purge_defer_store(struct cache *c, const uint8_t obj[16]);
+/* cache_free(): every purge still queued goes to the I/O pool (its end lets them finish). */
+void cache_purge_flush(struct cache *c);
+/* The memory side of a purge (cache.c): drops the object's chunks from the table, cancels its
+ * pending stores and lancache moves, forgets its version. Returns the chunks being filled. */
+int cache_purge_mem(struct cache *c, const uint8_t obj[16]);
+/* Stores the sealed chunks of <obj> in the table whose store a purge put off (cache.c). */
+void cache_store_deferred(struct cache *c, const uint8_t obj[16]);
+/* The shard directory holding <obj>'s chunk files (cache.c). */
+const char *cache_shard_dir(const struct cache *c, const uint8_t obj[16]);
 /* The inventory (cache_inventory.c): the group id of key <key> for diskidx_add (made when new);
  * the start (after the disk index and the I/O pool) and the end (after the I/O pool is freed). */
 uint32_t cache_inv_group(struct cache *c, const char *key, size_t key_len);

@@ -348,8 +348,8 @@ static bool on_purge_entry(const struct diskidx_entry *e, void *arg)
 {
     struct purge_walk *w = arg;
     struct inv_group *g = inv_get(diskidx_inventory(w->ci->c->didx), e->group);
-    if (g == NULL || !g->purging)
-        return true;
+    if (g == NULL || !g->purging || cache_purge_holds(w->ci->c, e->obj))
+        return true; /* (a purge of it is queued: its entries go when it is done) */
     for (size_t i = 0; i < w->n; i++)
         if (memcmp(w->objs[i], e->obj, 16) == 0)
             return true;
@@ -381,22 +381,32 @@ static void flag_groups(struct cache_inv *ci)
     ci->flagged_made = inv_made(inv);
 }
 
+/* One object of a group purge is done: <arg> is the inventory. */
+static void on_purged(void *arg, int n)
+{
+    struct cache_inv *ci = arg;
+    if (n > 0)
+        ci->purged += (uint64_t)n;
+}
+
 static bool purge_step(struct cache_inv *ci)
 {
     struct cache *c = ci->c;
     if (ci->n_purges == 0)
         return false;
+    /* A step's objects at most are queued for their unlinks at once, and a pass starts when
+     * those of the last one are done: what it finds is what they left. */
+    size_t queued = cache_purges_pending(c);
+    if (queued >= CACHE_INV_PURGE_OBJS || (queued > 0 && ci->purge_cursor == 0))
+        return true;
     /* Groups made since (chunks stored while it runs) are purged too. */
     flag_groups(ci);
     struct purge_walk w = {.ci = ci};
     bool end = diskidx_walk(c->didx, &ci->purge_cursor, CACHE_INV_STEP, on_purge_entry, &w);
     if (w.n > 0)
         ci->purge_found = true;
-    for (size_t i = 0; i < w.n; i++) {
-        int n = cache_purge_obj(c, w.objs[i]);
-        if (n > 0)
-            ci->purged += (uint64_t)n;
-    }
+    for (size_t i = 0; i < w.n; i++)
+        (void)cache_purge_obj(c, w.objs[i], on_purged, ci);
     /* Files of the start-up scan not read yet may belong to the groups: they are purged once
      * read, so a purge runs (and counts no pass) until every file has its group. */
     bool unread = inv_get(diskidx_inventory(c->didx), INV_UNREAD) != NULL;
@@ -436,9 +446,8 @@ static void purge_memory(struct cache *c, const struct purge *p)
             if (ck->key != NULL && purge_matches(p, &g)) {
                 uint8_t obj[16];
                 memcpy(obj, ck->obj, 16);
-                int n = cache_purge_obj(c, obj); /* may free <next>: start the bucket again */
-                if (n > 0)
-                    c->inv->purged += (uint64_t)n;
+                /* (It may free <next>: start the bucket again.) */
+                (void)cache_purge_obj(c, obj, on_purged, c->inv);
                 next = c->buckets[b];
             }
             ck = next;

@@ -688,6 +688,8 @@ static void lc_enqueue(struct cache *c, const struct chunk *ck, const struct lc_
 {
     if (c->lc_migrate == CFG_MIGRATE_OFF || c->closing || c->lc_io == NULL)
         return;
+    if (cache_purge_holds(c, ck->obj))
+        return; /* the purge would race its chunk files: a later request queues it */
     /* One entry per file: a whole-object 200 is one file for all its chunks. */
     uint64_t index = q->whole ? UINT64_MAX : ck->index;
     uint64_t h = lc_hash(ck->obj, index);

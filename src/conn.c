@@ -430,6 +430,16 @@ static bool method_is(const struct conn *c, const char *name)
     return c->req.method_s.len == n && memcmp(c->req_head + c->req.method_s.off, name, n) == 0;
 }
 
+/* A peer's purge is done: <arg> is what it was (a string owned here). */
+static void on_peer_purged(void *arg, int n)
+{
+    if (n < 0)
+        log_warn("%s: %s", (char *)arg, strerror(-n));
+    else
+        log_info("%s: %d chunks removed", (char *)arg, n);
+    free(arg);
+}
+
 /*
  * A peer's PURGE (peers_purge_all: "PURGE <path>?identifier=<id>", credential held): the
  * object's chunks here are removed; never sent on (the node that was asked sends it to all).
@@ -451,11 +461,13 @@ static void peer_purge(struct conn *c)
     snprintf(ident, sizeof(ident), "%.*s", (int)(qlen - plen), q + plen);
     size_t klen;
     char *key = cache_key_build(ident, h + c->req.path_only.off, c->req.path_only.len, &klen);
-    int n = cache_purge(c->ctx->cache, key, klen);
+    char what[1400];
+    snprintf(what, sizeof(what), "conn#%u %s: peer's PURGE [%s] %.*s", c->id, c->peer, ident,
+             (int)c->req.path_only.len, h + c->req.path_only.off);
+    (void)cache_purge(c->ctx->cache, key, klen, on_peer_purged, xstrdup(what));
     free(key);
-    log_info("conn#%u %s: peer's PURGE [%s] %.*s: %d chunks removed", c->id, c->peer, ident,
-             (int)c->req.path_only.len, h + c->req.path_only.off, n < 0 ? 0 : n);
-    conn_local_response(c, n < 0 ? 500 : 200, false, NULL);
+    /* Gone from lookups now; its files follow on the I/O pool (logged when they are). */
+    conn_local_response(c, 200, false, NULL);
 }
 
 /* Acts on a parsed request head held in c->req_head / c->req. */

@@ -60,16 +60,24 @@ static void sink_done(void *arg, enum up_err err);
 
 static const struct upstream_sink conn_sink = {sink_head, sink_body, sink_done};
 
+/* The object's chunks are dropped (reval_drop_object): <arg> is what for (a string owned here). */
+static void on_reval_dropped(void *arg, int n)
+{
+    log_info("%s: %d stored chunks dropped", (char *)arg, n < 0 ? 0 : n);
+    free(arg);
+}
+
 /* Drops every stored chunk of the request's object (a revalidation found it changed or gone). */
 static void reval_drop_object(struct conn *c)
 {
     size_t len;
     char *key =
         cache_key_build(c->ident, c->req_head + c->req.path_only.off, c->req.path_only.len, &len);
-    int n = cache_purge(c->ctx->cache, key, len);
-    log_info("conn#%u %s: revalidation: the origin's copy of %s changed or is gone: %d stored "
-             "chunks dropped",
-             c->id, c->peer, c->auth.host, n < 0 ? 0 : n);
+    char what[512];
+    snprintf(what, sizeof(what),
+             "conn#%u %s: revalidation: the origin's copy of %s changed or is gone", c->id, c->peer,
+             c->auth.host);
+    (void)cache_purge(c->ctx->cache, key, len, on_reval_dropped, xstrdup(what));
     free(key);
 }
 

@@ -342,6 +342,33 @@ class Admin(H.CPTestCase):
         # purging again finds nothing; another object is untouched
         self.assertEqual(self.purge("/b15/pg/other/size/10")[1], "purged 0\n")
 
+    def test_purge_answers_in_order_when_its_files_are_gone(self):
+        """The files go on the I/O pool: the answer waits for them, and a request sent behind
+        the PURGE on the same connection is answered after it, the connection kept."""
+        self.start({"cache": {"chunk_size": "64K"}})
+        p = "/b15/pq/size/300000"          # 5 chunks of 64 KiB
+        key = H.cache_key(p)
+        self.assertBody(self.get(p), p)
+        self.wait_files(key, 5)
+        c = self.admin()
+        c.send(H.build_request("PURGE", p, H.DEFAULT_HOST, (), "HTTP/1.1", b"") +
+               H.build_request("GET", "/status", "127.0.0.1", (), "HTTP/1.1", b"") +
+               H.build_request("PURGE", p, H.DEFAULT_HOST, (), "HTTP/1.1", b""),
+               expect=["PURGE", "GET", "PURGE"])
+        first, status, again = c.read_responses(3)
+        self.assertEqual((first.status, bytes(first.body)), (200, b"purged 5\n"))
+        self.assertEqual(status.status, 200)
+        self.assertEqual(status.header("Content-Type"), "application/json")
+        self.assertEqual((again.status, bytes(again.body)), (200, b"purged 0\n"))
+        self.assertFalse(c.peer_closed)
+        self.assertEqual([k for k in H.chunk_index(self.daemon.cfg("cache", "dir"))
+                          if k[0] == key], [])
+        self.wait_value("cacheparty_cache_purged_chunks_total", 5)
+        r = self.get(p)
+        self.assertBody(r, p)
+        self.assertEqual(r.header("X-Upstream-Cache-Status"), "MISS")
+        self.wait_files(key, 5)            # stored anew once the purge was done
+
     def test_purge_by_identifier(self):
         self.start()
         p = "/b15/pid/size/3000"

@@ -1,4 +1,4 @@
-/* LDFLAGS: -Wl,--wrap=pread,--wrap=pread64 */
+/* LDFLAGS: -Wl,--wrap=pread,--wrap=pread64,--wrap=unlinkat */
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_cache: the chunk cache (memory table, budget, disk tier, versions, purge) driven through
@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +70,20 @@ ssize_t __wrap_pread64(int fd, void *buf, size_t count, off64_t off)
         return -1;
     }
     return __real_pread64(fd, buf, count, off);
+}
+
+/* ---- a gate on unlinkat(): a purge's unlinks wait while it is shut ---- */
+
+static atomic_bool g_unlink_shut;
+
+int __real_unlinkat(int dirfd, const char *path, int flags);
+int __wrap_unlinkat(int dirfd, const char *path, int flags);
+
+int __wrap_unlinkat(int dirfd, const char *path, int flags)
+{
+    while (atomic_load(&g_unlink_shut))
+        usleep(1000); /* (the test opens it; its loop goes on meanwhile) */
+    return __real_unlinkat(dirfd, path, flags);
 }
 
 /* ---- the fake filler ---- */
@@ -912,13 +927,39 @@ static void test_set_meta_refuses_a_second_part_of_another_version(void **state)
 
 /* The purge comes right after the seals: each store may be queued, writing, or done by then;
  * in every order no chunk file is left afterwards. */
+struct purged {
+    int called, n;
+    unsigned seq; /* of the call, among every purge's */
+};
+
+static unsigned g_purge_seq;
+
+static void on_purged(void *arg, int n)
+{
+    struct purged *p = arg;
+    p->called++;
+    p->n = n;
+    p->seq = ++g_purge_seq;
+}
+
+/* Purges KEY and waits for its done call (never made from inside cache_purge()). Its count. */
+static int purge_wait(struct fx *f)
+{
+    struct purged p = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p);
+    assert_int_equal(p.called, 0);
+    RUN_UNTIL(f, p.called > 0);
+    assert_int_equal(p.called, 1);
+    return p.n;
+}
+
 static void test_a_purge_wins_over_stores_still_pending(void **state)
 {
     struct fx *f = *state;
     struct cache_meta m = meta_of(3 * CS, "\"v1\"");
     for (uint64_t i = 0; i < 3; i++)
         store_chunk(f, i, &m); /* each submits a store to the I/O pool */
-    int n = cache_purge(f->cache, KEY, KEY_LEN);
+    int n = purge_wait(f);
     assert_true(n >= 0 && n <= 3); /* files of the stores that were done */
     wait_stores(f);
     for (uint64_t i = 0; i < 3; i++) {
@@ -941,12 +982,133 @@ static void test_readers_of_a_purged_chunk_keep_it(void **state)
     wait_stores(f);
     struct chunk *ck = NULL;
     assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck), CACHE_HIT);
-    assert_int_equal(cache_purge(f->cache, KEY, KEY_LEN), 1); /* its file */
+    struct purged p = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p);
+    /* Gone from lookups at once, its file still indexed or not. */
     assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &again),
                      CACHE_ABSENT);
+    RUN_UNTIL(f, p.called > 0);
+    assert_int_equal(p.n, 1); /* its file */
     assert_bytes(ck, "\"v1\"");
     cache_chunk_unref(&ck);
     wait_stores(f);
+}
+
+/* While the purge's unlinks wait, its files are not read (a lookup is a miss, never a disk
+ * lookup of a file still there) and a chunk filled anew is not stored; once they are done, it
+ * is, and the new version is what the disk holds. */
+static void test_a_purge_keeps_its_files_from_lookups_and_stores_until_they_are_gone(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(2 * CS, "\"v1\""), v2 = meta_of(2 * CS, "\"v2\"");
+    store_chunk(f, 0, &v1);
+    store_chunk(f, 1, &v1);
+    wait_stores(f);
+    restart(f); /* (nothing in memory: a lookup would go to disk) */
+    assert_int_equal(stats(f).disk_chunks, 2);
+    atomic_store(&g_unlink_shut, true);
+    struct purged p = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p);
+    assert_int_equal(cache_purges_pending(f->cache), 1);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    fill(ck, &v2);
+    for (int i = 0; i < 20; i++)
+        ev_run(f->loop, EVRUN_NOWAIT);
+    assert_int_equal(p.called, 0);
+    assert_int_equal(g_stats.cache_disk_writes, 0); /* put off */
+    atomic_store(&g_unlink_shut, false);
+    RUN_UNTIL(f, p.called > 0);
+    assert_int_equal(p.n, 2);
+    assert_int_equal(cache_purges_pending(f->cache), 0);
+    wait_stores(f);
+    assert_int_equal(g_stats.cache_disk_writes, 1); /* the new fill, once the purge was done */
+    assert_int_equal(stats(f).disk_chunks, 1);
+    cache_chunk_unref(&ck);
+    restart(f);
+    assert_int_equal(stats(f).disk_chunks, 1);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, NULL, false, &ck), CACHE_LOOKUP);
+    RUN_UNTIL(f, cache_chunk_state(ck) == CHUNK_S_SEALED);
+    assert_bytes(ck, "\"v2\"");
+    cache_chunk_unref(&ck);
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, NULL, false, &ck), CACHE_ABSENT);
+}
+
+/* Purges are done in the order asked, each once: a second purge of the object finds nothing the
+ * first one left, and is done after it. */
+static void test_purges_are_done_in_order_and_count_each_file_once(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(2 * CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    store_chunk(f, 1, &m);
+    wait_stores(f);
+    atomic_store(&g_unlink_shut, true);
+    struct purged a = {0}, b = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &a);
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &b);
+    assert_int_equal(cache_purges_pending(f->cache), 2);
+    for (int i = 0; i < 20; i++)
+        ev_run(f->loop, EVRUN_NOWAIT);
+    assert_int_equal(a.called + b.called, 0);
+    atomic_store(&g_unlink_shut, false);
+    RUN_UNTIL(f, b.called > 0);
+    assert_int_equal(a.called, 1);
+    assert_true(a.seq < b.seq);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(b.n, 0);
+    assert_int_equal(g_stats.cache_purged, 2);
+    assert_int_equal(stats(f).disk_chunks, 0);
+    /* Their memory too, released in the loop's turns after the purge. */
+    RUN_UNTIL(f, stats(f).mem_bytes == 0);
+    assert_int_equal(cache_live_chunks(), 0);
+}
+
+/* A caller gone first is not called back; the purge goes on. */
+static void test_a_forgotten_purge_goes_on_without_its_caller(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    wait_stores(f);
+    struct purged p = {0};
+    cache_purge_forget(cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p));
+    RUN_UNTIL(f, cache_purges_pending(f->cache) == 0);
+    assert_int_equal(p.called, 0);
+    char path[PATH_MAX];
+    chunk_file(f, 0, path, sizeof(path));
+    assert_false(file_exists(path));
+    assert_int_equal(g_stats.cache_purged, 1);
+}
+
+/* Purges still queued when the cache closes are done before it is gone: their files do not
+ * come back with the next start. */
+static void test_purges_queued_at_close_are_done(void **state)
+{
+    struct fx *f = *state;
+    static const char key2[] = "steam\n/depot/1/chunk/def";
+    struct cache_meta m = meta_of(CS, "\"v1\"");
+    store_chunk(f, 0, &m);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, key2, sizeof(key2) - 1, 0, 0, &origin, true, &ck),
+                     CACHE_MISS);
+    fill(ck, &m);
+    cache_chunk_unref(&ck);
+    wait_stores(f);
+    assert_int_equal(stats(f).disk_chunks, 2);
+    atomic_store(&g_unlink_shut, true);
+    struct purged a = {0}, b = {0};
+    cache_purge(f->cache, key2, sizeof(key2) - 1, on_purged, &a);
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &b); /* queued behind the first */
+    atomic_store(&g_unlink_shut, false);
+    restart(f);
+    assert_int_equal(a.called + b.called, 2);
+    assert_int_equal(a.n + b.n, 2);
+    assert_int_equal(stats(f).disk_chunks, 0);
+    char path[PATH_MAX];
+    chunk_file(f, 0, path, sizeof(path));
+    assert_false(file_exists(path));
 }
 
 static void test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills(void **state)
@@ -1346,6 +1508,10 @@ int main(void)
         T(test_set_meta_refuses_a_second_part_of_another_version),
         T(test_a_purge_wins_over_stores_still_pending),
         T(test_readers_of_a_purged_chunk_keep_it),
+        T(test_a_purge_keeps_its_files_from_lookups_and_stores_until_they_are_gone),
+        T(test_purges_are_done_in_order_and_count_each_file_once),
+        T(test_a_forgotten_purge_goes_on_without_its_caller),
+        T(test_purges_queued_at_close_are_done),
         T(test_a_span_stops_before_a_chunk_in_flight),
         T(test_a_span_stops_before_a_chunk_on_disk),
         T(test_cache_seen_mark_counts_each_byte_once_in_any_order),
