@@ -575,6 +575,7 @@ struct load_job {
     bool verified_now;
     bool deleted;        /* LOAD_BAD: the damaged file was deleted (not replaced meanwhile) */
     bool skip_own;       /* the disk index knows there is no chunk file: only lancache's */
+    bool no_own;         /* a purge holds the object: its chunk file is never read (lancache's) */
     struct lc_query *lc; /* owns: the lancache lookup on a miss (NULL: none) */
     bool lc_leftover;    /* with move: when ours loads, look for a nginx file left of the slice */
 };
@@ -904,7 +905,7 @@ static void on_load_work(struct iojob *j)
     cache_lc_find(lj->lc);
     /* Nothing there: a move may have put its chunk file in place meanwhile (the disk index
      * learns of it only when the move is done). */
-    if (!lj->lc->any && missing)
+    if (!lj->lc->any && missing && !lj->no_own)
         load_file(lj, true);
 }
 
@@ -1127,6 +1128,7 @@ static struct load_job *lc_attach(struct cache *c, struct load_job *lj, const ch
             return NULL;
         }
         lj->skip_own = true;
+        lj->no_own = cache_purge_holds(c, obj); /* (its file may not be unlinked yet) */
     }
     lj->lc = q;
     return lj;
@@ -1285,8 +1287,9 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
         return NULL;
     /* Only a file this process wrote or verified, whose store finished: an open and a header
      * read of a hot file, done here on the loop (never a body verification). */
-    if (ck->store != NULL || cache_shard_down(c, shard_of(c, ck->obj), SHARD_LOAD))
-        return NULL;
+    if (ck->store != NULL || ck->store_deferred || cache_purge_holds(c, ck->obj) ||
+        cache_shard_down(c, shard_of(c, ck->obj), SHARD_LOAD))
+        return NULL; /* (held: the file there is the purged one) */
     struct load_job lj;
     if (load_prepare(c, &lj, ck->key, ck->key_len, ck->obj, ck->index) < 0 || !lj.known)
         return NULL;
@@ -1311,8 +1314,8 @@ struct chunk *cache_chunk_on_disk(struct cache *c, const struct chunk *ck)
  * once per lookup, never once per chunk of a span), else the answer is no. */
 static bool chunk_on_disk(struct cache *c, const uint8_t obj[16], uint64_t index, bool ask_fs)
 {
-    if (cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
-        return false;
+    if (cache_purge_holds(c, obj) || cache_shard_down(c, shard_of(c, obj), SHARD_LOAD))
+        return false; /* (a purged file not unlinked yet is as good as gone) */
     int known = diskidx_lookup(c->didx, obj, index);
     bool have = known == 1;
     if (known < 0 && ask_fs) {

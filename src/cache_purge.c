@@ -46,6 +46,7 @@ struct cache_purge {
     void *arg;
     int filling;   /* chunks being filled that it dropped */
     bool deferred; /* a store of the object was put off while this purge was the first of it */
+    bool by_key;   /* asked by key (cache_purge): a listing that may show the object goes */
     TAILQ_ENTRY(cache_purge) link;
     /* In (set before it is queued): */
     char dir[PATH_MAX]; /* "<shard>/ab/cd" */
@@ -169,8 +170,8 @@ static void on_purge_done(struct iojob *j)
             cache_store_deferred(c, p->obj);
     }
     int n = p->err != 0 ? -p->err : p->filling + (int)p->n_gone;
-    if (n > 0)
-        cache_inv_listing_void(c); /* it may show the object */
+    if (n > 0 && p->by_key)
+        cache_inv_listing_void(c); /* it may show the object (a group purge voids it once) */
     if (!c->closing)
         purge_next(c); /* (at cache_free every purge is on the pool already) */
     if (p->done != NULL)
@@ -183,6 +184,7 @@ struct cache_purge *cache_purge_obj(struct cache *c, const uint8_t obj[16], cach
                                     void *arg)
 {
     CHECK_OBJ(c, CACHE_MAGIC);
+    ASSERT(!c->closing); /* (the I/O pool may be gone) */
     struct cache_purge *p = xcalloc(1, sizeof(*p));
     p->c = c;
     memcpy(p->obj, obj, 16);
@@ -205,10 +207,7 @@ struct cache_purge *cache_purge_obj(struct cache *c, const uint8_t obj[16], cach
     TAILQ_INSERT_TAIL(&c->purges, p, link);
     c->n_purges++;
     c->purge_marks[mark_of(obj)]++;
-    if (c->closing)
-        iopool_submit(c->io, &p->j);
-    else
-        purge_next(c);
+    purge_next(c);
     return p;
 }
 
@@ -219,7 +218,9 @@ struct cache_purge *cache_purge(struct cache *c, const char *key, size_t key_len
     uint8_t obj[16];
     cache_obj_hash(key, key_len, obj);
     anstore_drop(c->answers, key, key_len); /* (not counted: it is no chunk) */
-    return cache_purge_obj(c, obj, done, arg);
+    struct cache_purge *p = cache_purge_obj(c, obj, done, arg);
+    p->by_key = true;
+    return p;
 }
 
 void cache_purge_flush(struct cache *c)

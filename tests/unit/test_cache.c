@@ -197,6 +197,7 @@ static void drop_misses(struct fx *f)
 static int fx_teardown(void **state)
 {
     struct fx *f = *state;
+    atomic_store(&g_unlink_shut, false); /* (a test that failed with it shut) */
     drop_misses(f);
     for (int i = 0; i < 2; i++)
         ev_run(f->loop, EVRUN_NOWAIT);
@@ -292,6 +293,16 @@ static void store_chunk(struct fx *f, uint64_t index, const struct cache_meta *m
                      CACHE_MISS);
     fill(ck, m);
     cache_chunk_unref(&ck);
+}
+
+/* A MISS for chunk <index> of version <m>, filled and sealed; the caller's ref. */
+static struct chunk *filled_chunk(struct fx *f, uint64_t index, const struct cache_meta *m)
+{
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, false, &ck),
+                     CACHE_MISS);
+    fill(ck, m);
+    return ck;
 }
 
 static void wait_stores(struct fx *f)
@@ -1035,6 +1046,66 @@ static void test_a_purge_keeps_its_files_from_lookups_and_stores_until_they_are_
     assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 1, 0, NULL, false, &ck), CACHE_ABSENT);
 }
 
+/* With lancache's trees set, a lookup while the purge is held looks in them only: the chunk file
+ * still waiting for its unlink is not read (a miss, never the purged bytes). */
+static void test_a_lancache_lookup_during_a_purge_does_not_read_the_purged_file(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(CS, "\"v1\"");
+    store_chunk(f, 0, &v1);
+    wait_stores(f);
+    char lc[] = "/tmp/test_cache_lc.XXXXXX"; /* empty: lancache has nothing */
+    assert_non_null(mkdtemp(lc));
+    f->cfg.lancache_dirs[0] = lc;
+    f->cfg.n_lancache_dirs = 1;
+    restart(f);
+    atomic_store(&g_unlink_shut, true);
+    struct purged p = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p);
+    struct chunk *ck = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &ck),
+                     CACHE_LOOKUP); /* lancache's trees are looked in */
+    RUN_UNTIL(f, f->ff.n == 1);     /* then a miss: the filler fetches it */
+    assert_int_equal(cache_chunk_state(ck), CHUNK_S_FILLING);
+    assert_int_equal(g_stats.cache_disk_hits, 0);
+    assert_int_equal(p.called, 0);
+    atomic_store(&g_unlink_shut, false);
+    RUN_UNTIL(f, p.called > 0);
+    assert_int_equal(p.n, 1);
+    cache_chunk_unref(&ck);
+    drop_misses(f);
+    f->cfg.n_lancache_dirs = 0;
+    assert_int_equal(rmdir(lc), 0);
+}
+
+/* Memory short (a slow reader would be moved to the chunk's file), but the file there while a
+ * purge is held is the purged one: the reader stays on memory. */
+static void test_a_reader_is_not_moved_to_a_file_a_purge_holds(void **state)
+{
+    struct fx *f = *state;
+    struct cache_meta v1 = meta_of(4 * CS, "\"v1\"");
+    struct chunk *held[4] = {NULL};
+    for (uint64_t i = 0; i < 4; i++)
+        held[i] = filled_chunk(f, i, &v1); /* memory full: 4 chunks, each with its file */
+    wait_stores(f);
+    atomic_store(&g_unlink_shut, true);
+    struct purged p = {0};
+    cache_purge(f->cache, KEY, KEY_LEN, on_purged, &p);
+    /* Refilled at once with the same validators (the readers of the purged ones hold them). */
+    struct chunk *again = NULL;
+    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, 0, 0, &origin, false, &again),
+                     CACHE_MISS);
+    assert_null(cache_chunk_on_disk(f->cache, held[0])); /* its file: the purged one */
+    atomic_store(&g_unlink_shut, false);
+    RUN_UNTIL(f, p.called > 0);
+    assert_int_equal(p.n, 4);
+    assert_null(cache_chunk_on_disk(f->cache, held[0])); /* and now none */
+    cache_chunk_failed(again, CHUNK_FAIL_ORIGIN);
+    cache_chunk_unref(&again);
+    for (int i = 0; i < 4; i++)
+        cache_chunk_unref(&held[i]);
+}
+
 /* Purges are done in the order asked, each once: a second purge of the object finds nothing the
  * first one left, and is done after it. */
 static void test_purges_are_done_in_order_and_count_each_file_once(void **state)
@@ -1097,12 +1168,10 @@ static void test_purges_queued_at_close_are_done(void **state)
     cache_chunk_unref(&ck);
     wait_stores(f);
     assert_int_equal(stats(f).disk_chunks, 2);
-    atomic_store(&g_unlink_shut, true);
     struct purged a = {0}, b = {0};
     cache_purge(f->cache, key2, sizeof(key2) - 1, on_purged, &a);
     cache_purge(f->cache, KEY, KEY_LEN, on_purged, &b); /* queued behind the first */
-    atomic_store(&g_unlink_shut, false);
-    restart(f);
+    restart(f);                                         /* (no loop turn: neither is done) */
     assert_int_equal(a.called + b.called, 2);
     assert_int_equal(a.n + b.n, 2);
     assert_int_equal(stats(f).disk_chunks, 0);
@@ -1144,16 +1213,6 @@ static void test_a_forced_lookup_joins_a_refetch_but_replaces_other_fills(void *
 }
 
 /* ---- delivered bytes: hit and miss per byte ---- */
-
-/* A MISS for chunk <index> of version <m>, filled and sealed; the caller's ref. */
-static struct chunk *filled_chunk(struct fx *f, uint64_t index, const struct cache_meta *m)
-{
-    struct chunk *ck = NULL;
-    assert_int_equal(cache_chunk_get(f->cache, KEY, KEY_LEN, index, 0, &origin, false, &ck),
-                     CACHE_MISS);
-    fill(ck, m);
-    return ck;
-}
 
 static void test_cache_seen_mark_counts_each_byte_once_in_any_order(void **state)
 {
@@ -1509,6 +1568,8 @@ int main(void)
         T(test_a_purge_wins_over_stores_still_pending),
         T(test_readers_of_a_purged_chunk_keep_it),
         T(test_a_purge_keeps_its_files_from_lookups_and_stores_until_they_are_gone),
+        T(test_a_lancache_lookup_during_a_purge_does_not_read_the_purged_file),
+        T(test_a_reader_is_not_moved_to_a_file_a_purge_holds),
         T(test_purges_are_done_in_order_and_count_each_file_once),
         T(test_a_forgotten_purge_goes_on_without_its_caller),
         T(test_purges_queued_at_close_are_done),
