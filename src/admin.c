@@ -690,7 +690,7 @@ struct admin_conn {
     bool purge_api;          /* answered in JSON (/api/purge), else as text (PURGE) */
     bool purge_keep_alive;   /* of the request */
     int purge_version_minor; /* of the request */
-    char purge_what[ADMIN_IDENT_MAX + ADMIN_INV_VALUE_MAX + 4]; /* "[ident] path", for the log */
+    char purge_what[1400];   /* "[ident] path" for the log (a longer path is cut) */
     char peer[64];
     struct admin_conn *next, **pprev; /* all live admin conns */
 };
