@@ -156,6 +156,16 @@ class DashboardBrowser(H.CPTestCase):
         self.b.wait_js("return typeof window.Chart === 'function' && "
                        "document.getElementById('nochart').hidden", 20 * H.SLOW,
                        "the chart library")
+        # A history that arrives before the chart library has run (its script comes after the
+        # page's) waits for it: the library's onload draws it; the charts are not given up.
+        self.b.js("window.__C = window.Chart; window.Chart = undefined; window.__done = false;"
+                  "loadHistory().then(() => { window.__done = true; }); return true;")
+        self.b.wait_js("return window.__done === true", 20 * H.SLOW, "a history without Chart")
+        self.b.js("window.Chart = window.__C; chartLoaded(); return true;")
+        self.b.wait_js("return !document.getElementById('chartbox').hidden && "
+                       "document.getElementById('nochart').hidden && "
+                       "document.querySelector('#chart') !== null", 20 * H.SLOW,
+                       "the chart after a late library")
         self.b.wait_js("return document.getElementById('d_disk').dataset.value === '%d'"
                        % st["cache_bytes"]["disk"], 20 * H.SLOW, "the disk bytes of /status")
         self.shot("live")
